@@ -1,0 +1,419 @@
+package log
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Config is a partition's configuration, under Kafka's topic config names.
+// Zero fields take the defaults shown.
+type Config struct {
+	SegmentBytes       int64 // segment.bytes, default 128 MiB (max 1 GiB)
+	SegmentMs          int64 // segment.ms, default 1 h
+	IndexIntervalBytes int64 // index.interval.bytes, default 4096
+	MaxMessageBytes    int   // max.message.bytes, default 1048588 (Kafka's)
+	RetentionBytes     int64 // retention.bytes, default -1 (no limit)
+	RetentionMs        int64 // retention.ms, default 7 days; -1 = forever
+}
+
+// Defaults of Config, as Kafka's.
+const (
+	DefaultSegmentBytes       = 128 << 20
+	DefaultSegmentMs          = int64(time.Hour / time.Millisecond)
+	DefaultIndexIntervalBytes = 4096
+	DefaultMaxMessageBytes    = 1048588
+	DefaultRetentionMs        = int64(7 * 24 * time.Hour / time.Millisecond)
+	maxSegmentBytes           = 1 << 30
+)
+
+func (c Config) withDefaults() Config {
+	if c.SegmentBytes <= 0 {
+		c.SegmentBytes = DefaultSegmentBytes
+	}
+	c.SegmentBytes = min(c.SegmentBytes, maxSegmentBytes)
+	if c.SegmentMs <= 0 {
+		c.SegmentMs = DefaultSegmentMs
+	}
+	if c.IndexIntervalBytes <= 0 {
+		c.IndexIntervalBytes = DefaultIndexIntervalBytes
+	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.RetentionBytes == 0 {
+		c.RetentionBytes = -1
+	}
+	if c.RetentionMs == 0 {
+		c.RetentionMs = DefaultRetentionMs
+	}
+	return c
+}
+
+// mark is a position in the log: an offset and where it lies on disk.
+type mark struct {
+	off int64
+	seg *segment
+	pos int64
+}
+
+// Partition is one partition's log: a directory of segments.
+//
+// Appends are serialized by mu (a single writer); readers never take mu: they
+// use the atomically published segment list, high watermark and segment
+// sizes, and read with pread at explicit positions.
+type Partition struct {
+	store  *Store
+	dir    string
+	logger *zap.Logger
+	cfg    atomic.Pointer[Config]
+
+	segs     atomic.Pointer[[]*segment] // ascending by base; last is active
+	leo      atomic.Int64
+	hw       atomic.Pointer[mark]
+	logStart atomic.Int64
+	failed   atomic.Pointer[StorageError]
+	notify   atomic.Pointer[chan struct{}]
+
+	mu          sync.Mutex
+	active      *segment
+	activeH     *handle // pinned while the active segment has unsynced bytes
+	sinceIndex  int64
+	needDirSync bool
+	dirty       bool // registered with the syncer
+	closed      bool
+}
+
+// AppendResult describes an appended batch.
+type AppendResult struct {
+	BaseOffset     int64
+	LastOffset     int64
+	LogStartOffset int64
+	Header         BatchHeader // as stored (BaseOffset patched)
+}
+
+// Dir returns the partition directory.
+func (p *Partition) Dir() string { return p.dir }
+
+// Config returns the current configuration (defaults applied).
+func (p *Partition) Config() Config { return *p.cfg.Load() }
+
+// SetConfig replaces the configuration; it applies to later appends and
+// retention passes.
+func (p *Partition) SetConfig(c Config) {
+	c = c.withDefaults()
+	p.cfg.Store(&c)
+}
+
+// LogStartOffset is the first offset readable.
+func (p *Partition) LogStartOffset() int64 { return p.logStart.Load() }
+
+// LogEndOffset is the offset the next append gets.
+func (p *Partition) LogEndOffset() int64 { return p.leo.Load() }
+
+// HighWatermark is the end of what readers may see: the durable end under the
+// durable policy, the log end under the interval policy.
+func (p *Partition) HighWatermark() int64 { return p.hw.Load().off }
+
+// Err returns the latched storage error, or nil while the partition is online.
+func (p *Partition) Err() error {
+	if e := p.failed.Load(); e != nil {
+		return e
+	}
+	return nil
+}
+
+// Notify returns a channel closed the next time the high watermark moves (or
+// the partition fails or closes). Load it before checking the state it
+// guards, then wait on it.
+func (p *Partition) Notify() <-chan struct{} { return *p.notify.Load() }
+
+func (p *Partition) wake() {
+	ch := make(chan struct{})
+	old := p.notify.Swap(&ch)
+	close(*old)
+}
+
+// setHWLocked publishes a new high watermark and wakes waiters. p.mu held.
+func (p *Partition) setHWLocked(m mark) {
+	if m.off <= p.hw.Load().off {
+		return
+	}
+	p.hw.Store(&m)
+	p.wake()
+}
+
+// failLocked latches a storage error: the partition goes offline.
+func (p *Partition) failLocked(op string, err error) error {
+	if e := p.failed.Load(); e != nil {
+		return e
+	}
+	se := &StorageError{Op: op, Err: err}
+	p.failed.Store(se)
+	p.logger.Error("partition offline", zap.String("op", op), zap.Error(err))
+	p.wake()
+	return se
+}
+
+// Append validates one v2 RecordBatch (bytes exactly as a client sent them),
+// assigns its offsets by patching baseOffset in place and writes it with one
+// write. It does not wait for durability: call WaitDurable with
+// res.LastOffset+1 for that. batch is modified (baseOffset) and must not be
+// changed by the caller while Append runs.
+func (p *Partition) Append(batch []byte) (AppendResult, error) {
+	cfg := p.cfg.Load()
+	h, err := CheckBatch(batch, cfg.MaxMessageBytes)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	return p.appendChecked(batch, h, cfg)
+}
+
+func (p *Partition) appendChecked(batch []byte, h BatchHeader, cfg *Config) (AppendResult, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return AppendResult{}, ErrClosed
+	}
+	if e := p.failed.Load(); e != nil {
+		return AppendResult{}, e
+	}
+	seg := p.active
+	base := p.leo.Load()
+	size := seg.size.Load()
+	if size > 0 && (size+int64(len(batch)) > cfg.SegmentBytes ||
+		p.store.now().Sub(seg.created) >= time.Duration(cfg.SegmentMs)*time.Millisecond ||
+		base+int64(h.LastOffsetDelta)-seg.base > math.MaxUint32-1) {
+		if err := p.rollLocked(); err != nil {
+			return AppendResult{}, err
+		}
+		seg, size = p.active, 0
+	}
+	if p.activeH == nil {
+		hd, err := p.store.cache.acquire(seg)
+		if err != nil {
+			return AppendResult{}, p.failLocked("open segment", err)
+		}
+		p.activeH = hd
+	}
+	PatchBaseOffset(batch, base)
+	h.BaseOffset = base
+	if _, err := p.activeH.f.WriteAt(batch, size); err != nil {
+		// The bytes on disk past size are unknown now; recovery on the next
+		// open truncates them. Nothing is retried.
+		return AppendResult{}, p.failLocked("write", err)
+	}
+	end := size + int64(len(batch))
+	seg.mu.Lock()
+	seg.addToIndexLocked(seg.idx, &p.sinceIndex, cfg.IndexIntervalBytes, size, &h)
+	seg.markVerifiedLocked(size, end)
+	seg.mu.Unlock()
+	next := h.NextOffset()
+	if h.MaxTimestamp > seg.maxTs.Load() {
+		seg.maxTs.Store(h.MaxTimestamp)
+	}
+	seg.next.Store(next)
+	seg.size.Store(end)
+	p.leo.Store(next)
+	if !p.store.Durable() {
+		p.setHWLocked(mark{off: next, seg: seg, pos: end})
+	}
+	if !p.dirty {
+		p.dirty = true
+		p.store.syncer.markDirty(p)
+	}
+	return AppendResult{BaseOffset: base, LastOffset: h.LastOffset(), LogStartOffset: p.logStart.Load(), Header: h}, nil
+}
+
+// WaitDurable blocks until every offset below off is durable (fsync'd, and
+// the segment's directory entry too), sharing fsyncs with concurrent callers.
+// Under the interval policy it returns at once. It returns the latched
+// storage error if the partition fails first.
+func (p *Partition) WaitDurable(off int64) error {
+	for {
+		if p.hw.Load().off >= off {
+			return nil
+		}
+		if e := p.failed.Load(); e != nil {
+			return e
+		}
+		p.mu.Lock()
+		closed := p.closed
+		p.mu.Unlock()
+		if closed {
+			if p.hw.Load().off >= off {
+				return nil
+			}
+			return ErrClosed
+		}
+		<-p.store.syncer.next()
+	}
+}
+
+// syncNow is one group-commit step for p: fsync what was written so far
+// (outside the lock), then advance the high watermark to it.
+func (p *Partition) syncNow() {
+	p.mu.Lock()
+	p.dirty = false
+	if p.closed || p.failed.Load() != nil {
+		p.mu.Unlock()
+		return
+	}
+	target := mark{off: p.leo.Load(), seg: p.active, pos: p.active.size.Load()}
+	h := p.activeH
+	if h != nil {
+		p.store.cache.ref(h)
+	}
+	dirSync := p.needDirSync
+	p.needDirSync = false
+	p.mu.Unlock()
+
+	var err error
+	op := "fsync"
+	if h != nil {
+		err = h.f.Sync()
+	}
+	if err == nil && dirSync {
+		op = "fsync dir"
+		err = p.store.fs.SyncDir(p.dir)
+	}
+
+	p.mu.Lock()
+	if err != nil {
+		p.failLocked(op, err)
+	} else {
+		p.setHWLocked(target)
+	}
+	if h != nil {
+		p.store.cache.release(h)
+		if p.activeH == h && p.leo.Load() == target.off && !p.closed {
+			p.store.cache.release(h) // fully synced: unpin
+			p.activeH = nil
+		}
+	}
+	p.mu.Unlock()
+}
+
+// rollLocked seals the active segment and starts a new one at the log end.
+// The old segment is fsync'd first, so every segment but the last is always
+// wholly durable: recovery only ever has to scan the last one.
+func (p *Partition) rollLocked() error {
+	old := p.active
+	if p.activeH != nil {
+		if err := p.activeH.f.Sync(); err != nil {
+			return p.failLocked("fsync", err)
+		}
+	}
+	if p.needDirSync {
+		if err := p.store.fs.SyncDir(p.dir); err != nil {
+			return p.failLocked("fsync dir", err)
+		}
+		p.needDirSync = false
+	}
+	p.setHWLocked(mark{off: old.next.Load(), seg: old, pos: old.size.Load()})
+	// Index files are derived data, validated on open and rebuilt if torn;
+	// they are fsync'd here (their directory entries with the new segment's)
+	// so that opening after a crash does not have to rebuild them.
+	if err := writeIndexes(p.store.fs, old, true); err != nil {
+		p.logger.Warn("write index", zap.Int64("base_offset", old.base), zap.Error(err))
+	}
+	seg := newSegment(p.dir, p.leo.Load(), p.store.now())
+	seg.idx = &segmentIndex{}
+	f, err := p.store.fs.OpenFile(seg.logPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return p.failLocked("create segment", err)
+	}
+	f.Close()
+	old.sealed.Store(true)
+	if p.activeH != nil {
+		p.store.cache.release(p.activeH)
+		p.activeH = nil
+	}
+	p.needDirSync = true
+	segs := append(append([]*segment(nil), *p.segs.Load()...), seg)
+	p.segs.Store(&segs)
+	p.active = seg
+	p.sinceIndex = 0
+	return nil
+}
+
+// writeIndexes writes seg's offset and time index files from memory,
+// fsync'ing them if sync is set.
+func writeIndexes(fs FS, seg *segment, sync bool) error {
+	seg.mu.RLock()
+	ix := seg.idx
+	seg.mu.RUnlock()
+	if ix == nil {
+		return nil
+	}
+	m := indexMeta{base: seg.base, logSize: seg.size.Load(), next: seg.next.Load(), maxTs: seg.maxTs.Load()}
+	for _, w := range []struct {
+		path string
+		kind byte
+	}{{seg.indexPath(), indexKindOffset}, {seg.timeIndexPath(), indexKindTime}} {
+		f, err := fs.OpenFile(w.path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return err
+		}
+		_, err = f.WriteAt(encodeIndex(w.kind, m, ix), 0)
+		if err == nil && sync {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Sync fsyncs everything appended so far and advances the high watermark, as
+// a group-commit round would.
+func (p *Partition) Sync() error {
+	p.syncNow()
+	return p.Err()
+}
+
+// Close flushes and closes the partition: fsync, write the active segment's
+// indexes and a clean-shutdown record so the next open skips the tail scan.
+func (p *Partition) Close() error {
+	p.syncNow()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	p.closed = true
+	defer p.store.forget(p)
+	defer p.wake()
+	if p.activeH != nil {
+		p.store.cache.release(p.activeH)
+		p.activeH = nil
+	}
+	segs := *p.segs.Load()
+	defer func() {
+		for _, seg := range segs {
+			p.store.cache.drop(seg)
+		}
+	}()
+	if e := p.failed.Load(); e != nil {
+		return e
+	}
+	if p.leo.Load() != p.hw.Load().off && p.store.Durable() {
+		return fmt.Errorf("log: close with unsynced data")
+	}
+	seg := p.active
+	if err := writeIndexes(p.store.fs, seg, true); err != nil {
+		return err
+	}
+	st := partitionState{LogStartOffset: p.logStart.Load(), Clean: &cleanState{
+		Base: seg.base, Size: seg.size.Load(), Next: seg.next.Load(), MaxTimestamp: seg.maxTs.Load()}}
+	return writeState(p.store.fs, p.dir, st)
+}

@@ -1,0 +1,320 @@
+package log
+
+import (
+	"errors"
+	"io"
+	"sort"
+)
+
+// Chunk is a byte range of a segment file holding whole batches. Its file
+// stays open until the ReadResult is released, so it can be sent with
+// sendfile(2) at an explicit offset (the file position is never used).
+type Chunk struct {
+	h           *handle
+	Pos, Len    int64
+	FirstOffset int64 // base offset of the first batch in the chunk
+}
+
+// File returns the open segment file. If it implements OSFile, the chunk can
+// go to a socket without passing through user memory.
+func (c Chunk) File() File { return c.h.f }
+
+// ReadResult is what Read returns: whole batches as file ranges, plus the
+// partition's offsets as of the read. Release it when the bytes are sent.
+type ReadResult struct {
+	Chunks         []Chunk
+	Bytes          int64
+	HighWatermark  int64
+	LogStartOffset int64
+	LogEndOffset   int64
+	store          *Store
+}
+
+// Release lets the chunks' files be closed.
+func (r *ReadResult) Release() {
+	for _, c := range r.Chunks {
+		r.store.cache.release(c.h)
+	}
+	r.Chunks = nil
+}
+
+// AppendTo copies the chunks' bytes to dst (the copy path, for callers that
+// cannot use sendfile).
+func (r *ReadResult) AppendTo(dst []byte) ([]byte, error) {
+	for _, c := range r.Chunks {
+		n := len(dst)
+		dst = append(dst, make([]byte, c.Len)...)
+		if _, err := c.h.f.ReadAt(dst[n:], c.Pos); err != nil && !(errors.Is(err, io.EOF) && int64(len(dst)-n) == c.Len) {
+			return dst[:n], err
+		}
+	}
+	return dst, nil
+}
+
+// WriteTo copies the chunks to w.
+func (r *ReadResult) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for _, c := range r.Chunks {
+		n, err := io.Copy(w, io.NewSectionReader(c.h.f, c.Pos, c.Len))
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// Read returns whole batches starting with the batch that contains offset,
+// up to maxBytes (but always the first batch, however large, as Kafka's
+// KIP-74), never past the high watermark. Reading at the high watermark
+// returns no chunks; reading below the log start or above the log end is
+// ErrOffsetOutOfRange. Bytes are CRC-checked the first time this process
+// serves them (appended ones were checked on append), so corruption on disk
+// is an error, never garbage handed to a client.
+func (p *Partition) Read(offset int64, maxBytes int64) (*ReadResult, error) {
+	if e := p.failed.Load(); e != nil {
+		return nil, e
+	}
+	hw := p.hw.Load()
+	res := &ReadResult{store: p.store, HighWatermark: hw.off, LogStartOffset: p.logStart.Load(), LogEndOffset: p.leo.Load()}
+	if offset < res.LogStartOffset || offset > res.LogEndOffset {
+		return nil, ErrOffsetOutOfRange
+	}
+	if offset >= hw.off {
+		return res, nil
+	}
+	segs := p.segments()
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > offset }) - 1
+	if i < 0 {
+		return nil, ErrOffsetOutOfRange // deleted under us by retention
+	}
+	first := true
+	for ; i < len(segs) && segs[i].base <= hw.seg.base; i++ {
+		seg := segs[i]
+		limit := seg.size.Load()
+		if seg == hw.seg {
+			limit = hw.pos
+		}
+		if !first && (maxBytes <= 0 || limit == 0) {
+			break
+		}
+		c, err := p.readSegment(seg, offset, limit, maxBytes, first)
+		if err != nil {
+			res.Release()
+			return nil, err
+		}
+		if c.Len == 0 {
+			p.store.cache.release(c.h)
+			if first {
+				continue // offset is at this segment's end: take the next one
+			}
+			break
+		}
+		first = false
+		res.Chunks = append(res.Chunks, c)
+		res.Bytes += c.Len
+		maxBytes -= c.Len
+		if c.Pos+c.Len < limit {
+			break // budget exhausted inside this segment
+		}
+		offset = seg.next.Load()
+	}
+	return res, nil
+}
+
+// readSegment finds the chunk of seg for a read at offset, bounded by limit
+// (a batch boundary) and maxBytes. When first, the batch containing offset is
+// returned whatever its size.
+func (p *Partition) readSegment(seg *segment, offset, limit, maxBytes int64, first bool) (Chunk, error) {
+	h, err := p.store.cache.acquire(seg)
+	if err != nil {
+		return Chunk{}, err
+	}
+	c := Chunk{h: h}
+	ix, err := p.segmentIndex(seg, h)
+	if err != nil {
+		p.store.cache.release(h)
+		return c, err
+	}
+	seg.mu.RLock()
+	corruptAt := seg.corruptAt
+	seg.mu.RUnlock()
+	if corruptAt >= 0 && corruptAt < limit {
+		limit = corruptAt
+	}
+	sc := newHeaderScanner(h.f, seg.logPath, limit)
+	defer sc.close()
+
+	// Start: the batch that contains offset.
+	pos := int64(0)
+	if offset > seg.base {
+		seg.mu.RLock()
+		pos = ix.lookup(seg.base, offset)
+		seg.mu.RUnlock()
+	}
+	var hdr BatchHeader
+	for {
+		if pos >= limit {
+			if corruptAt >= 0 && pos == corruptAt {
+				p.store.cache.release(h)
+				return c, &CorruptionError{Path: seg.logPath, Pos: pos, Reason: "unreadable batch"}
+			}
+			c.Pos = pos
+			return c, nil // offset not in this segment below limit
+		}
+		if hdr, err = sc.header(pos); err != nil {
+			p.store.cache.release(h)
+			return c, err
+		}
+		if hdr.LastOffset() >= offset {
+			break
+		}
+		pos += int64(hdr.Length)
+	}
+	c.Pos, c.FirstOffset = pos, hdr.BaseOffset
+	end := pos
+	if first || int64(hdr.Length) <= maxBytes {
+		end = pos + int64(hdr.Length)
+	}
+	want := min(pos+maxBytes, limit)
+	if end > pos && end < want {
+		// Jump by the index to the last indexed batch start inside the
+		// budget, then walk headers to the budget's edge.
+		seg.mu.RLock()
+		j := ix.lookupPos(want)
+		seg.mu.RUnlock()
+		if j > end {
+			end = j
+		}
+		for end < want {
+			if hdr, err = sc.header(end); err != nil {
+				p.store.cache.release(h)
+				return c, err
+			}
+			if end+int64(hdr.Length) > want {
+				break
+			}
+			end += int64(hdr.Length)
+		}
+	}
+	c.Len = end - pos
+	if c.Len > 0 {
+		if err := verifyRange(seg, h.f, pos, end); err != nil {
+			p.store.cache.release(h)
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// segmentIndex returns seg's index, loading it from the index files (or
+// rebuilding it from the log) on first use.
+func (p *Partition) segmentIndex(seg *segment, h *handle) (*segmentIndex, error) {
+	seg.mu.RLock()
+	ix := seg.idx
+	seg.mu.RUnlock()
+	if ix != nil {
+		return ix, nil
+	}
+	size := seg.size.Load()
+	_, ix, err := loadIndexes(p.store.fs, seg, size)
+	if err != nil {
+		ix = &segmentIndex{}
+		var since int64
+		interval := p.cfg.Load().IndexIntervalBytes
+		res, werr := walkBatches(h.f, 0, size, seg.base, func(pos int64, hd *BatchHeader) {
+			seg.addToIndexLocked(ix, &since, interval, pos, hd)
+		})
+		if werr != nil {
+			return nil, werr
+		}
+		seg.mu.Lock()
+		if res.end != size {
+			seg.corruptAt = res.end
+		}
+		seg.markVerifiedLocked(0, res.end)
+		seg.mu.Unlock()
+	}
+	seg.mu.Lock()
+	if seg.idx == nil {
+		seg.idx = ix
+	}
+	ix = seg.idx
+	seg.mu.Unlock()
+	return ix, nil
+}
+
+// verifyRange CRC-checks the batches in [a, b) of seg unless this process
+// already did.
+func verifyRange(seg *segment, f File, a, b int64) error {
+	seg.mu.RLock()
+	ok := seg.coveredLocked(a, b)
+	seg.mu.RUnlock()
+	if ok {
+		return nil
+	}
+	res, err := walkBatches(f, a, b, -1, nil)
+	if err != nil {
+		return err
+	}
+	if res.end != b {
+		return &CorruptionError{Path: seg.logPath, Pos: res.end, Reason: res.reason}
+	}
+	seg.mu.Lock()
+	seg.markVerifiedLocked(a, b)
+	seg.mu.Unlock()
+	return nil
+}
+
+// OffsetForTimestamp returns the base offset of the first batch whose max
+// timestamp is >= ts, with that batch's max timestamp, below the high
+// watermark. ok is false if there is none.
+func (p *Partition) OffsetForTimestamp(ts int64) (offset, batchMaxTs int64, ok bool, err error) {
+	hw := p.hw.Load()
+	ls := p.logStart.Load()
+	for _, seg := range p.segments() {
+		if seg.base > hw.seg.base {
+			break
+		}
+		if seg.next.Load() <= ls || seg.maxTs.Load() < ts {
+			continue
+		}
+		limit := seg.size.Load()
+		if seg == hw.seg {
+			limit = hw.pos
+		}
+		h, err := p.store.cache.acquire(seg)
+		if err != nil {
+			return 0, 0, false, err
+		}
+		off, mts, found, err := p.findTimestamp(seg, h, ts, limit, ls)
+		p.store.cache.release(h)
+		if err != nil || found {
+			return off, mts, found, err
+		}
+	}
+	return 0, 0, false, nil
+}
+
+func (p *Partition) findTimestamp(seg *segment, h *handle, ts, limit, ls int64) (int64, int64, bool, error) {
+	ix, err := p.segmentIndex(seg, h)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	seg.mu.RLock()
+	pos := ix.lookupTime(seg.base, ts)
+	seg.mu.RUnlock()
+	sc := newHeaderScanner(h.f, seg.logPath, limit)
+	defer sc.close()
+	for pos < limit {
+		hdr, err := sc.header(pos)
+		if err != nil {
+			return 0, 0, false, err
+		}
+		if hdr.MaxTimestamp >= ts && hdr.LastOffset() >= ls {
+			return max(hdr.BaseOffset, ls), hdr.MaxTimestamp, true, nil
+		}
+		pos += int64(hdr.Length)
+	}
+	return 0, 0, false, nil
+}

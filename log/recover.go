@@ -1,0 +1,340 @@
+package log
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+)
+
+const stateFile = "partition.state"
+
+// partitionState is the small checkpoint beside the segments, written by
+// temp file → fsync → rename → fsync(dir).
+type partitionState struct {
+	Version        int         `json:"version"`
+	LogStartOffset int64       `json:"log_start_offset"`
+	Clean          *cleanState `json:"clean,omitempty"` // set only by a clean close
+}
+
+// cleanState records the active segment at a clean close. It is trusted on
+// open only if the .log still has exactly this size: bytes below a clean
+// close's size are never rewritten, so an equal size proves equal content.
+type cleanState struct {
+	Base         int64 `json:"base"`
+	Size         int64 `json:"size"`
+	Next         int64 `json:"next"`
+	MaxTimestamp int64 `json:"max_timestamp"`
+}
+
+func writeState(fs FS, dir string, st partitionState) error {
+	st.Version = 1
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(fs, filepath.Join(dir, stateFile), b)
+}
+
+func readState(fsys FS, dir string) (partitionState, error) {
+	var st partitionState
+	b, err := readIndexFile(fsys, filepath.Join(dir, stateFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return st, nil
+	}
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil || st.Version != 1 {
+		return partitionState{}, &CorruptionError{Path: filepath.Join(dir, stateFile), Reason: "unreadable partition state"}
+	}
+	return st, nil
+}
+
+// OpenPartition opens (creating if needed) the partition stored in dir.
+//
+// Recovery: every segment but the last was fsync'd before the next one was
+// created, so only the last is scanned, and only when the previous close was
+// not clean. The scan checks every batch (length, magic, CRC, offsets) and
+// truncates a torn or corrupt tail, logging what was dropped. Index files are
+// derived: one that does not match its .log is rebuilt.
+func (s *Store) OpenPartition(dir string, cfg Config) (*Partition, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	s.mu.Unlock()
+	cfg = cfg.withDefaults()
+	p := &Partition{store: s, dir: dir, logger: s.logger.With(zap.String("dir", dir))}
+	p.cfg.Store(&cfg)
+	ch := make(chan struct{})
+	p.notify.Store(&ch)
+	if err := p.open(); err != nil {
+		for _, seg := range p.segments() {
+			s.cache.drop(seg)
+		}
+		return nil, err
+	}
+	s.mu.Lock()
+	s.parts[p] = struct{}{}
+	s.mu.Unlock()
+	return p, nil
+}
+
+func (p *Partition) segments() []*segment {
+	if sp := p.segs.Load(); sp != nil {
+		return *sp
+	}
+	return nil
+}
+
+func (p *Partition) open() error {
+	fsys := p.store.fs
+	if err := fsys.MkdirAll(p.dir, 0o755); err != nil {
+		return err
+	}
+	if err := fsys.SyncDir(filepath.Dir(p.dir)); err != nil {
+		return err
+	}
+	names, err := fsys.ReadDir(p.dir)
+	if err != nil {
+		return err
+	}
+	st, err := readState(fsys, p.dir)
+	if err != nil {
+		return err
+	}
+	now := p.store.now()
+	var segs []*segment
+	haveLog := map[string]bool{}
+	for _, n := range names {
+		if base, ok := parseSegmentName(n, ".log"); ok {
+			segs = append(segs, newSegment(p.dir, base, now))
+			haveLog[strings.TrimSuffix(n, ".log")] = true
+		}
+	}
+	// Leftovers: temp files of an interrupted atomic write, index files whose
+	// segment is gone.
+	for _, n := range names {
+		stem := strings.TrimSuffix(strings.TrimSuffix(n, ".timeindex"), ".index")
+		if strings.HasSuffix(n, ".tmp") || (stem != n && !haveLog[stem]) {
+			if err := fsys.Remove(filepath.Join(p.dir, n)); err != nil {
+				return err
+			}
+		}
+	}
+	sort.Slice(segs, func(i, j int) bool { return segs[i].base < segs[j].base })
+	if len(segs) == 0 {
+		seg := newSegment(p.dir, st.LogStartOffset, now)
+		f, err := fsys.OpenFile(seg.logPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return err
+		}
+		f.Close()
+		if err := fsys.SyncDir(p.dir); err != nil {
+			return err
+		}
+		seg.idx = &segmentIndex{}
+		segs = append(segs, seg)
+	}
+	for i, seg := range segs {
+		last := i == len(segs)-1
+		if i > 0 && seg.base != segs[i-1].next.Load() {
+			return &CorruptionError{Path: seg.logPath, Reason: fmt.Sprintf("segment starts at offset %d, previous ends at %d", seg.base, segs[i-1].next.Load())}
+		}
+		if !last {
+			seg.sealed.Store(true)
+			if err := p.openSealed(seg); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := p.openActive(seg, st.Clean); err != nil {
+			return err
+		}
+	}
+	p.segs.Store(&segs)
+	p.active = segs[len(segs)-1]
+	leo := p.active.next.Load()
+	p.leo.Store(leo)
+	ls := max(st.LogStartOffset, segs[0].base)
+	if ls > leo {
+		ls = leo
+	}
+	p.logStart.Store(ls)
+	// Everything on disk now is durable: the tail was fsync'd by the scan or
+	// by the clean close.
+	p.hw.Store(&mark{off: leo, seg: p.active, pos: p.active.size.Load()})
+	return nil
+}
+
+func parseSegmentName(name, ext string) (int64, bool) {
+	if !strings.HasSuffix(name, ext) || len(name) != 20+len(ext) {
+		return 0, false
+	}
+	base, err := strconv.ParseInt(name[:20], 10, 64)
+	return base, err == nil && base >= 0
+}
+
+func fileSize(fsys FS, path string) (int64, error) {
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return f.Size()
+}
+
+// loadIndexes reads and validates both index files of seg against logSize.
+func loadIndexes(fsys FS, seg *segment, logSize int64) (indexMeta, *segmentIndex, error) {
+	b, err := readIndexFile(fsys, seg.indexPath())
+	if err != nil {
+		return indexMeta{}, nil, err
+	}
+	m, ix, err := decodeIndex(b, indexKindOffset, seg.base)
+	if err != nil {
+		return m, nil, err
+	}
+	tb, err := readIndexFile(fsys, seg.timeIndexPath())
+	if err != nil {
+		return m, nil, err
+	}
+	tm, tix, err := decodeIndex(tb, indexKindTime, seg.base)
+	if err != nil {
+		return m, nil, err
+	}
+	if m != tm || m.logSize != logSize {
+		return m, nil, fmt.Errorf("%w: built for %d bytes, log has %d", errBadIndex, m.logSize, logSize)
+	}
+	ix.times = tix.times
+	return m, ix, nil
+}
+
+// openSealed sets up a sealed segment from its index headers, rebuilding the
+// indexes from the log if they do not match it. The .log itself is not read
+// when the indexes are good: open time does not grow with the data.
+func (p *Partition) openSealed(seg *segment) error {
+	size, err := fileSize(p.store.fs, seg.logPath)
+	if err != nil {
+		return err
+	}
+	m, ix, err := loadIndexes(p.store.fs, seg, size)
+	if err == nil {
+		seg.size.Store(size)
+		seg.next.Store(m.next)
+		seg.maxTs.Store(m.maxTs)
+		seg.idx = ix
+		return nil
+	}
+	p.logger.Info("rebuilding segment index", zap.Int64("base_offset", seg.base), zap.String("reason", err.Error()))
+	res, err := p.rebuild(seg, size)
+	if err != nil {
+		return err
+	}
+	if res.end != size {
+		// A sealed segment was fsync'd whole before its successor existed, so
+		// damage here is media corruption, not a torn write: keep the data,
+		// remember where it breaks, and fail reads that reach it.
+		seg.corruptAt = res.end
+		p.logger.Error("corrupt sealed segment", zap.Int64("base_offset", seg.base),
+			zap.Int64("position", res.end), zap.String("reason", res.reason))
+		return nil
+	}
+	if err := writeIndexes(p.store.fs, seg, true); err != nil {
+		p.logger.Warn("write index", zap.Int64("base_offset", seg.base), zap.Error(err))
+	}
+	return nil
+}
+
+// rebuild scans seg's log from the start, building its index in memory and
+// marking what it read as verified.
+func (p *Partition) rebuild(seg *segment, size int64) (walkResult, error) {
+	f, err := p.store.fs.OpenFile(seg.logPath, os.O_RDONLY, 0)
+	if err != nil {
+		return walkResult{}, err
+	}
+	defer f.Close()
+	ix := &segmentIndex{}
+	var since int64
+	interval := p.cfg.Load().IndexIntervalBytes
+	res, err := walkBatches(f, 0, size, seg.base, func(pos int64, h *BatchHeader) {
+		seg.addToIndexLocked(ix, &since, interval, pos, h)
+		if h.MaxTimestamp > seg.maxTs.Load() {
+			seg.maxTs.Store(h.MaxTimestamp)
+		}
+	})
+	if err != nil {
+		return res, err
+	}
+	seg.idx = ix
+	seg.size.Store(res.end)
+	seg.next.Store(res.next)
+	if res.end > 0 {
+		seg.markVerifiedLocked(0, res.end)
+	}
+	p.sinceIndex = since
+	if res.end != size {
+		seg.size.Store(size)
+	}
+	return res, nil
+}
+
+// openActive sets up the last segment: trusted from the clean-close record
+// when it matches, otherwise scanned, truncated after its last good batch and
+// fsync'd.
+func (p *Partition) openActive(seg *segment, clean *cleanState) error {
+	fsys := p.store.fs
+	size, err := fileSize(fsys, seg.logPath)
+	if err != nil {
+		return err
+	}
+	if clean != nil && clean.Base == seg.base && clean.Size == size {
+		if m, ix, err := loadIndexes(fsys, seg, size); err == nil && m.next == clean.Next {
+			seg.size.Store(size)
+			seg.next.Store(m.next)
+			seg.maxTs.Store(m.maxTs)
+			seg.idx = ix
+			if n := len(ix.times); n > 0 {
+				seg.lastTime = ix.times[n-1].ts
+			}
+			if n := len(ix.offsets); n > 0 {
+				p.sinceIndex = size - int64(ix.offsets[n-1].pos)
+			} else {
+				p.sinceIndex = size
+			}
+			return nil
+		}
+	}
+	res, err := p.rebuild(seg, size)
+	if err != nil {
+		return err
+	}
+	f, err := fsys.OpenFile(seg.logPath, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if res.end != size {
+		p.logger.Warn("truncated torn tail",
+			zap.String("segment", filepath.Base(seg.logPath)),
+			zap.Int64("valid_bytes", res.end),
+			zap.Int64("dropped_bytes", size-res.end),
+			zap.Int64("first_dropped_offset", res.next),
+			zap.String("reason", res.reason))
+		if err := f.Truncate(res.end); err != nil {
+			return err
+		}
+		seg.size.Store(res.end)
+	}
+	// What survived the crash may still be only in the page cache: make it
+	// durable before it counts as below the high watermark.
+	return f.Sync()
+}

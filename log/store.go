@@ -1,0 +1,366 @@
+package log
+
+import (
+	"container/list"
+	"errors"
+	"os"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Options configure a Store: the things shared by every partition of a broker.
+type Options struct {
+	// FS is the file system; nil means the operating system's.
+	FS FS
+	// Logger receives recovery and failure reports; nil means no logging.
+	Logger *zap.Logger
+	// SyncInterval selects the durability policy. Zero (the default) means
+	// durable: WaitDurable returns only once the bytes are fsync'd, and the high
+	// watermark is the durable end. Concurrent appends to one or many
+	// partitions share fsyncs (group commit). A positive interval is the relaxed
+	// policy: appends are visible at once (high watermark = log end) and dirty
+	// partitions are fsync'd every interval, like Kafka's page-cache brokers.
+	SyncInterval time.Duration
+	// MaxOpenFiles bounds the segment file descriptors kept open across all
+	// partitions (default 1024). Descriptors in use (a read in flight, an active
+	// segment with unsynced bytes) are never closed, so the bound is soft.
+	MaxOpenFiles int
+	// SyncParallelism is how many partitions one group-commit round fsyncs at
+	// once (default 4).
+	SyncParallelism int
+	// Now returns the time for segment.ms and retention.ms; nil means time.Now.
+	Now func() time.Time
+}
+
+// Store owns what partitions share: the group-commit syncer and the bounded
+// cache of open segment files. There is no goroutine per partition: one
+// syncer goroutine serves all of them.
+type Store struct {
+	fs     FS
+	logger *zap.Logger
+	now    func() time.Time
+	opts   Options
+	cache  *fileCache
+	syncer *syncer
+
+	mu     sync.Mutex
+	parts  map[*Partition]struct{}
+	closed bool
+}
+
+// OpenStore starts a store. Close stops it.
+func OpenStore(opts Options) *Store {
+	if opts.FS == nil {
+		opts.FS = OSFS
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.MaxOpenFiles <= 0 {
+		opts.MaxOpenFiles = 1024
+	}
+	if opts.SyncParallelism <= 0 {
+		opts.SyncParallelism = 4
+	}
+	s := &Store{
+		fs:     opts.FS,
+		logger: opts.Logger,
+		now:    opts.Now,
+		opts:   opts,
+		cache:  &fileCache{fs: opts.FS, max: opts.MaxOpenFiles},
+		parts:  make(map[*Partition]struct{}),
+	}
+	s.syncer = newSyncer(opts.SyncInterval, opts.SyncParallelism)
+	return s
+}
+
+// Durable reports whether the store runs the durable (fsync before ack) policy.
+func (s *Store) Durable() bool { return s.opts.SyncInterval <= 0 }
+
+// OpenFiles returns the number of segment files currently open.
+func (s *Store) OpenFiles() int {
+	s.cache.mu.Lock()
+	defer s.cache.mu.Unlock()
+	return s.cache.open
+}
+
+// Close closes every partition still open and stops the syncer.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.closed = true
+	parts := make([]*Partition, 0, len(s.parts))
+	for p := range s.parts {
+		parts = append(parts, p)
+	}
+	s.mu.Unlock()
+	var err error
+	for _, p := range parts {
+		if cerr := p.Close(); cerr != nil && !errors.Is(cerr, ErrClosed) && err == nil {
+			err = cerr
+		}
+	}
+	s.syncer.stop()
+	return err
+}
+
+func (s *Store) forget(p *Partition) {
+	s.mu.Lock()
+	delete(s.parts, p)
+	s.mu.Unlock()
+}
+
+// syncer runs group commit. Partitions with unsynced bytes register in dirty;
+// a round takes the whole set, fsyncs each partition (a few at once) and then
+// closes the round's done channel. Whoever registers while a round runs joins
+// the next one, so N concurrent appenders cost about two fsyncs, not N.
+type syncer struct {
+	interval time.Duration
+	parallel int
+
+	mu    sync.Mutex
+	dirty []*Partition
+	done  chan struct{} // closed when the round that takes dirty finishes
+
+	kick chan struct{}
+	quit chan struct{}
+	wg   sync.WaitGroup
+}
+
+func newSyncer(interval time.Duration, parallel int) *syncer {
+	s := &syncer{
+		interval: interval,
+		parallel: parallel,
+		done:     make(chan struct{}),
+		kick:     make(chan struct{}, 1),
+		quit:     make(chan struct{}),
+	}
+	s.wg.Add(1)
+	go s.run()
+	return s
+}
+
+// markDirty registers p for the next round; in the durable policy it also
+// starts one. Lock order: Partition.mu before syncer.mu.
+func (s *syncer) markDirty(p *Partition) {
+	s.mu.Lock()
+	s.dirty = append(s.dirty, p)
+	s.mu.Unlock()
+	if s.interval <= 0 {
+		s.poke()
+	}
+}
+
+// next returns the done channel of the next round to start and makes sure
+// one starts.
+func (s *syncer) next() <-chan struct{} {
+	s.mu.Lock()
+	ch := s.done
+	s.mu.Unlock()
+	s.poke()
+	return ch
+}
+
+func (s *syncer) poke() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *syncer) run() {
+	defer s.wg.Done()
+	var tick <-chan time.Time
+	if s.interval > 0 {
+		t := time.NewTicker(s.interval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-s.kick:
+		case <-tick:
+		case <-s.quit:
+			s.round()
+			return
+		}
+		s.round()
+	}
+}
+
+func (s *syncer) round() {
+	s.mu.Lock()
+	parts, done := s.dirty, s.done
+	s.dirty, s.done = nil, make(chan struct{})
+	s.mu.Unlock()
+	if len(parts) <= 1 || s.parallel <= 1 {
+		for _, p := range parts {
+			p.syncNow()
+		}
+	} else {
+		var wg sync.WaitGroup
+		work := make(chan *Partition, len(parts))
+		for _, p := range parts {
+			work <- p
+		}
+		close(work)
+		for i := 0; i < min(s.parallel, len(parts)); i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for p := range work {
+					p.syncNow()
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	close(done)
+}
+
+func (s *syncer) stop() {
+	close(s.quit)
+	s.wg.Wait()
+}
+
+// fileCache keeps at most max segment files open, closing the least recently
+// used unreferenced ones. Lock order: fileCache.mu is a leaf.
+type fileCache struct {
+	fs   FS
+	max  int
+	mu   sync.Mutex
+	open int
+	lru  list.List // of *handle with refs == 0, front = most recent
+}
+
+// handle is an open segment file shared by the appender and readers.
+type handle struct {
+	f    File
+	seg  *segment
+	refs int
+	elem *list.Element // in lru while refs == 0
+	gone bool          // segment deleted: close on last release
+}
+
+// acquire returns seg's open file with one more reference, opening it if
+// needed. The open happens outside the cache lock.
+func (c *fileCache) acquire(seg *segment) (*handle, error) {
+	c.mu.Lock()
+	if h := seg.fh; h != nil {
+		c.refLocked(h)
+		c.mu.Unlock()
+		return h, nil
+	}
+	c.mu.Unlock()
+
+	flag := os.O_RDWR
+	if seg.sealed.Load() {
+		flag = os.O_RDONLY
+	}
+	f, err := c.fs.OpenFile(seg.logPath, flag, 0)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if h := seg.fh; h != nil { // lost a race with another opener
+		c.refLocked(h)
+		c.mu.Unlock()
+		f.Close()
+		return h, nil
+	}
+	h := &handle{f: f, seg: seg, refs: 1}
+	seg.fh = h
+	c.open++
+	toClose := c.evictLocked()
+	c.mu.Unlock()
+	closeAll(toClose)
+	return h, nil
+}
+
+// ref adds a reference to a handle the caller already holds one of.
+func (c *fileCache) ref(h *handle) {
+	c.mu.Lock()
+	c.refLocked(h)
+	c.mu.Unlock()
+}
+
+func (c *fileCache) refLocked(h *handle) {
+	if h.refs == 0 && h.elem != nil {
+		c.lru.Remove(h.elem)
+		h.elem = nil
+	}
+	h.refs++
+}
+
+func (c *fileCache) release(h *handle) {
+	c.mu.Lock()
+	h.refs--
+	var toClose []File
+	if h.refs == 0 {
+		if h.gone {
+			c.open--
+			toClose = append(toClose, h.f)
+		} else {
+			h.elem = c.lru.PushFront(h)
+			toClose = c.evictLocked()
+		}
+	}
+	c.mu.Unlock()
+	closeAll(toClose)
+}
+
+// drop forgets seg's handle (segment deleted or partition closed). The file
+// is closed now if unused, else by the last release.
+func (c *fileCache) drop(seg *segment) {
+	c.mu.Lock()
+	h := seg.fh
+	var f File
+	if h != nil {
+		seg.fh = nil
+		h.gone = true
+		if h.refs == 0 {
+			if h.elem != nil {
+				c.lru.Remove(h.elem)
+				h.elem = nil
+			}
+			c.open--
+			f = h.f
+		}
+	}
+	c.mu.Unlock()
+	if f != nil {
+		f.Close()
+	}
+}
+
+func (c *fileCache) evictLocked() []File {
+	var out []File
+	for c.open > c.max {
+		e := c.lru.Back()
+		if e == nil {
+			break
+		}
+		h := e.Value.(*handle)
+		c.lru.Remove(e)
+		h.elem = nil
+		h.gone = true
+		h.seg.fh = nil
+		c.open--
+		out = append(out, h.f)
+	}
+	return out
+}
+
+func closeAll(fs []File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
