@@ -4,4 +4,9 @@ go 1.26.8
 
 require go.uber.org/zap v1.28.0
 
-require go.uber.org/multierr v1.10.0 // indirect
+require (
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/spf13/cobra v1.10.2 // indirect
+	github.com/spf13/pflag v1.0.9 // indirect
+	go.uber.org/multierr v1.10.0 // indirect
+)

@@ -197,13 +197,15 @@ func (p *Partition) readSegment(seg *segment, offset, limit, maxBytes int64, fir
 			end += int64(hdr.Length)
 		}
 	}
-	c.Len = end - pos
-	if c.Len > 0 {
-		if err := verifyRange(seg, h.f, pos, end); err != nil {
+	if end > pos {
+		good, err := verifyRange(seg, h.f, pos, end)
+		if err != nil && good == pos {
 			p.store.cache.release(h)
 			return c, err
 		}
+		end = good // serve the good batches; the next read reports the bad one
 	}
+	c.Len = end - pos
 	return c, nil
 }
 
@@ -245,25 +247,28 @@ func (p *Partition) segmentIndex(seg *segment, h *handle) (*segmentIndex, error)
 }
 
 // verifyRange CRC-checks the batches in [a, b) of seg unless this process
-// already did.
-func verifyRange(seg *segment, f File, a, b int64) error {
+// already did. It returns the end of the good prefix and, if that is short of
+// b, a CorruptionError for the first bad batch.
+func verifyRange(seg *segment, f File, a, b int64) (int64, error) {
 	seg.mu.RLock()
 	ok := seg.coveredLocked(a, b)
 	seg.mu.RUnlock()
 	if ok {
-		return nil
+		return b, nil
 	}
 	res, err := walkBatches(f, a, b, -1, nil)
 	if err != nil {
-		return err
+		return a, err
+	}
+	if res.end > a {
+		seg.mu.Lock()
+		seg.markVerifiedLocked(a, res.end)
+		seg.mu.Unlock()
 	}
 	if res.end != b {
-		return &CorruptionError{Path: seg.logPath, Pos: res.end, Reason: res.reason}
+		return res.end, &CorruptionError{Path: seg.logPath, Pos: res.end, Reason: res.reason}
 	}
-	seg.mu.Lock()
-	seg.markVerifiedLocked(a, b)
-	seg.mu.Unlock()
-	return nil
+	return b, nil
 }
 
 // OffsetForTimestamp returns the base offset of the first batch whose max

@@ -104,6 +104,7 @@ func VerifyDir(fsys FS, dir string) (*VerifyReport, error) {
 		rep.Bytes += res.end
 		next = res.next
 		if res.end != size {
+			next = -1 // unknown past the damage: do not report the gap too
 			msg := fmt.Sprintf("%s: bad data at byte %d of %d (%s)", name, res.end, size, res.reason)
 			if last {
 				rep.Notes = append(rep.Notes, msg+": torn tail, truncated on next open")
@@ -133,6 +134,9 @@ func verifyIndexFiles(fsys FS, seg *segment, size int64, res walkResult, starts 
 		rep.Damage = append(rep.Damage, fmt.Sprintf("%s: says next offset %d, log says %d", name, m.next, res.next))
 	}
 	for _, e := range ix.offsets {
+		if int64(e.pos) >= res.end {
+			break // past damage already reported
+		}
 		if off, ok := starts[int64(e.pos)]; !ok || off != seg.base+int64(e.rel) {
 			rep.Damage = append(rep.Damage, fmt.Sprintf("%s: entry offset %d -> byte %d is not that batch", name, seg.base+int64(e.rel), e.pos))
 			return

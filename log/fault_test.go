@@ -1,0 +1,276 @@
+package log
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"testing"
+
+	"github.com/synapsebroker/synapse/log/internal/memfs"
+	"github.com/synapsebroker/synapse/log/internal/testbatch"
+)
+
+// appendDurable appends n batches and waits for each; it returns what the log
+// must hold and the first error.
+func appendDurable(p *Partition, rng *rand.Rand, n int, want map[int64][]byte) error {
+	for i := 0; i < n; i++ {
+		b := randBatch(rng, 1_700_000_000_000, 200)
+		res, err := p.Append(b)
+		if err != nil {
+			return err
+		}
+		if err := p.WaitDurable(res.LastOffset + 1); err != nil {
+			return err
+		}
+		want[res.BaseOffset] = storedCopy(b, res.BaseOffset)
+	}
+	return nil
+}
+
+func TestFsyncErrorTakesPartitionOffline(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	mfs, fsys := newMemFS(t)
+	s := openStore(t, fsys, 0)
+	p := mustOpen(t, s, "/data/t-0", Config{SegmentBytes: 4000})
+	want := map[int64][]byte{}
+	if err := appendDurable(p, rng, 10, want); err != nil {
+		t.Fatal(err)
+	}
+	eio := errors.New("injected EIO")
+	mfs.SetInjector(memfs.FailNth(memfs.OpSync, 1, eio))
+	err := appendDurable(p, rng, 5, map[int64][]byte{})
+	if !errors.Is(err, ErrStorage) || !errors.Is(err, eio) {
+		t.Fatalf("durable append with failing fsync: %v, want ErrStorage wrapping the I/O error", err)
+	}
+	mfs.SetInjector(nil)
+	// Latched: no retry, no silent success even though fsync works again.
+	if _, err := p.Append(randBatch(rng, 0, 10)); !errors.Is(err, ErrStorage) {
+		t.Fatalf("append after fsync failure: %v, want ErrStorage", err)
+	}
+	if _, err := p.Read(0, 100); !errors.Is(err, ErrStorage) {
+		t.Fatalf("read on offline partition: %v", err)
+	}
+	// What was acknowledged before the failure survives a crash.
+	clone := memFS{mfs.CrashClone(memfs.CrashConfig{UnsyncedMode: memfs.DropUnsynced})}
+	p2 := mustOpen(t, openStore(t, clone, 0), "/data/t-0", Config{SegmentBytes: 4000})
+	readAll(t, p2, rng, want)
+	if p2.LogEndOffset() < int64(len(want)) {
+		t.Fatalf("acked data lost: leo %d", p2.LogEndOffset())
+	}
+}
+
+func TestWriteErrorENOSPC(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	mfs, fsys := newMemFS(t)
+	s := openStore(t, fsys, 0)
+	p := mustOpen(t, s, "/data/t-0", Config{})
+	want := map[int64][]byte{}
+	if err := appendDurable(p, rng, 10, want); err != nil {
+		t.Fatal(err)
+	}
+	leo := p.LogEndOffset()
+	mfs.SetInjector(memfs.FailNth(memfs.OpWrite, 1, syscall.ENOSPC))
+	_, err := p.Append(randBatch(rng, 0, 10))
+	if !errors.Is(err, ErrStorage) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("append on full disk: %v", err)
+	}
+	mfs.SetInjector(nil)
+	s.Close()
+	p2 := mustOpen(t, openStore(t, fsys, 0), "/data/t-0", Config{})
+	if p2.LogEndOffset() != leo {
+		t.Fatalf("leo %d after ENOSPC, want %d", p2.LogEndOffset(), leo)
+	}
+	readAll(t, p2, rng, want)
+	if err := appendDurable(p2, rng, 3, want); err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, p2, rng, want)
+}
+
+func TestShortWriteTornTail(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	mfs, fsys := newMemFS(t)
+	s := openStore(t, fsys, 0)
+	p := mustOpen(t, s, "/data/t-0", Config{})
+	want := map[int64][]byte{}
+	if err := appendDurable(p, rng, 10, want); err != nil {
+		t.Fatal(err)
+	}
+	leo := p.LogEndOffset()
+	mfs.SetInjector(memfs.ShortWriteNth(1, 70, syscall.EIO))
+	if _, err := p.Append(randBatch(rng, 0, 200)); !errors.Is(err, ErrStorage) {
+		t.Fatalf("short write: %v", err)
+	}
+	mfs.SetInjector(nil)
+	s.Close()
+	rep, err := VerifyDir(fsys, "/data/t-0")
+	if err != nil || !rep.OK() || len(rep.Notes) == 0 {
+		t.Fatalf("verify of a torn tail: %v %+v (want a note, no damage)", err, rep)
+	}
+	p2 := mustOpen(t, openStore(t, fsys, 0), "/data/t-0", Config{})
+	if p2.LogEndOffset() != leo {
+		t.Fatalf("leo %d after torn write, want %d", p2.LogEndOffset(), leo)
+	}
+	if err := appendDurable(p2, rng, 3, want); err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, p2, rng, want)
+	p2.Close()
+	checkVerify(t, fsys, "/data/t-0")
+}
+
+// TestBitRotInSealedSegment flips a byte inside a sealed segment: verify
+// reports it, reads return the good batches before it and then an error,
+// never the damaged bytes; other segments stay readable.
+func TestBitRotInSealedSegment(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	mfs, fsys := newMemFS(t)
+	s := openStore(t, fsys, 0)
+	cfg := Config{SegmentBytes: 3000, IndexIntervalBytes: 300}
+	p := mustOpen(t, s, "/data/t-0", cfg)
+	want := map[int64][]byte{}
+	if err := appendDurable(p, rng, 60, want); err != nil {
+		t.Fatal(err)
+	}
+	segs := p.segments()
+	if len(segs) < 4 {
+		t.Fatalf("want several segments, got %d", len(segs))
+	}
+	victim := segs[1]
+	p.Close()
+	// Damage the last byte of the middle batch of the segment: inside its
+	// records, so only the CRC can tell.
+	var batches []SegmentBatch
+	if _, _, err := DumpSegment(fsys, victim.logPath, func(b SegmentBatch) { batches = append(batches, b) }); err != nil {
+		t.Fatal(err)
+	}
+	mid := batches[len(batches)/2]
+	if err := mfs.Corrupt(victim.logPath, mid.Pos+int64(mid.Header.Length)-1, 0x40); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := VerifyDir(fsys, "/data/t-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK() {
+		t.Fatalf("verify missed bit rot in %s", victim.logPath)
+	}
+	t.Logf("verify: %v", rep.Damage)
+
+	p = mustOpen(t, openStore(t, fsys, 0), "/data/t-0", cfg)
+	off := p.LogStartOffset()
+	var sawErr bool
+	for off < p.HighWatermark() {
+		res, err := p.Read(off, 1<<20)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("read %d: %v, want ErrCorrupt", off, err)
+			}
+			sawErr = true
+			off = victim.next.Load() // skip the damaged segment
+			continue
+		}
+		buf, _ := res.AppendTo(nil)
+		res.Release()
+		for len(buf) > 0 {
+			h, err := ParseBatchHeader(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(want[h.BaseOffset]) != string(buf[:h.Length]) {
+				t.Fatalf("read returned damaged bytes for batch %d", h.BaseOffset)
+			}
+			off = h.NextOffset()
+			buf = buf[h.Length:]
+		}
+	}
+	if !sawErr {
+		t.Fatal("reads never reported the damage")
+	}
+}
+
+func TestCorruptIndexRebuilt(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	mfs, fsys := newMemFS(t)
+	s := openStore(t, fsys, 0)
+	cfg := Config{SegmentBytes: 3000, IndexIntervalBytes: 100}
+	p := mustOpen(t, s, "/data/t-0", cfg)
+	want := map[int64][]byte{}
+	if err := appendDurable(p, rng, 40, want); err != nil {
+		t.Fatal(err)
+	}
+	segs := p.segments()
+	p.Close()
+	for _, seg := range segs {
+		if err := mfs.Corrupt(seg.indexPath(), indexHeaderSize+3, 0x7); err != nil {
+			t.Fatal(err)
+		}
+		if err := mfs.Corrupt(seg.timeIndexPath(), 20, 0x1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p = mustOpen(t, openStore(t, fsys, 0), "/data/t-0", cfg)
+	readAll(t, p, rng, want)
+	checkInsideBatchReads(t, p, want)
+	p.Close()
+	checkVerify(t, fsys, "/data/t-0")
+}
+
+// TestManyIdlePartitions opens 10 000 partitions: no goroutine per partition
+// and open files stay under the bound.
+func TestManyIdlePartitions(t *testing.T) {
+	_, fsys := newMemFS(t)
+	s := OpenStore(Options{FS: fsys, MaxOpenFiles: 100})
+	defer s.Close()
+	g0 := runtime.NumGoroutine()
+	var ps []*Partition
+	for i := 0; i < 10000; i++ {
+		p := mustOpen(t, s, fmt.Sprintf("/data/t-%d", i), Config{})
+		res, err := p.Append(testbatch.Make(testbatch.Options{Records: 1, ValueSize: 10}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.WaitDurable(res.LastOffset + 1); err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	if n := s.OpenFiles(); n > 100 {
+		t.Fatalf("%d files open, bound is 100", n)
+	}
+	if g := runtime.NumGoroutine(); g > g0+5 {
+		t.Fatalf("goroutines grew from %d to %d with 10000 partitions", g0, g)
+	}
+	for _, i := range []int{0, 4999, 9999} {
+		res, err := ps[i].Read(0, 1000)
+		if err != nil || res.Bytes == 0 {
+			t.Fatalf("read partition %d: %v", i, err)
+		}
+		res.Release()
+	}
+}
+
+// TestOpenFileBoundOnDisk checks real descriptors on the real file system.
+func TestOpenFileBoundOnDisk(t *testing.T) {
+	dir := t.TempDir()
+	s := OpenStore(Options{MaxOpenFiles: 20, SyncInterval: 1e9})
+	defer s.Close()
+	fds := func() int { n, _ := os.ReadDir("/proc/self/fd"); return len(n) }
+	before := fds()
+	for i := 0; i < 200; i++ {
+		p := mustOpen(t, s, filepath.Join(dir, fmt.Sprintf("t-%d", i)), Config{})
+		if _, err := p.Append(testbatch.Make(testbatch.Options{Records: 1})); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := fds() - before; n > 25 {
+		t.Fatalf("%d descriptors open for 200 partitions, bound is 20", n)
+	}
+}
