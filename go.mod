@@ -2,11 +2,14 @@ module github.com/synapsebroker/synapse
 
 go 1.26.8
 
-require go.uber.org/zap v1.28.0
+require (
+	github.com/spf13/cobra v1.10.2
+	github.com/spf13/pflag v1.0.9
+	go.uber.org/zap v1.28.0
+)
 
 require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
-	github.com/spf13/cobra v1.10.2 // indirect
-	github.com/spf13/pflag v1.0.9 // indirect
 	go.uber.org/multierr v1.10.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
 )

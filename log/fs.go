@@ -69,8 +69,8 @@ func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 	return osFile{f}, nil
 }
 
-func (osFS) Remove(name string) error               { return os.Remove(name) }
-func (osFS) Rename(oldname, newname string) error   { return os.Rename(oldname, newname) }
+func (osFS) Remove(name string) error                    { return os.Remove(name) }
+func (osFS) Rename(oldname, newname string) error        { return os.Rename(oldname, newname) }
 func (osFS) MkdirAll(dir string, perm os.FileMode) error { return os.MkdirAll(dir, perm) }
 
 func (osFS) ReadDir(dir string) ([]string, error) {

@@ -84,6 +84,7 @@ func readAll(t testing.TB, p *Partition, rng *rand.Rand, want map[int64][]byte) 
 			t.Fatalf("read %d: %v", ask, err)
 		}
 		buf, err := res.AppendTo(nil)
+		next := res.NextOffset
 		res.Release()
 		if err != nil {
 			t.Fatalf("read %d: copy: %v", ask, err)
@@ -117,6 +118,9 @@ func readAll(t testing.TB, p *Partition, rng *rand.Rand, want map[int64][]byte) 
 		}
 		if off > hw {
 			t.Fatalf("read past high watermark: %d > %d", off, hw)
+		}
+		if next != off {
+			t.Fatalf("read %d: NextOffset %d, batches end at %d", ask, next, off)
 		}
 	}
 	return n

@@ -69,13 +69,14 @@ func (ix *segmentIndex) lookup(base, off int64) int64 {
 	return int64(ix.offsets[i-1].pos)
 }
 
-// lookupPos returns the greatest indexed batch start <= pos (0 if none).
-func (ix *segmentIndex) lookupPos(pos int64) int64 {
+// lookupPos returns the greatest indexed batch start <= pos and that batch's
+// relative offset (0, 0 if none).
+func (ix *segmentIndex) lookupPos(pos int64) (int64, uint32) {
 	i := sort.Search(len(ix.offsets), func(i int) bool { return int64(ix.offsets[i].pos) > pos })
 	if i == 0 {
-		return 0
+		return 0, 0
 	}
-	return int64(ix.offsets[i-1].pos)
+	return int64(ix.offsets[i-1].pos), ix.offsets[i-1].rel
 }
 
 // lookupTime returns the position to start scanning for the first batch whose

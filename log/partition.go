@@ -79,6 +79,7 @@ type Partition struct {
 	logStart atomic.Int64
 	failed   atomic.Pointer[StorageError]
 	notify   atomic.Pointer[chan struct{}]
+	waiting  atomic.Bool // someone holds the current notify channel
 
 	mu          sync.Mutex
 	active      *segment
@@ -131,9 +132,18 @@ func (p *Partition) Err() error {
 // Notify returns a channel closed the next time the high watermark moves (or
 // the partition fails or closes). Load it before checking the state it
 // guards, then wait on it.
-func (p *Partition) Notify() <-chan struct{} { return *p.notify.Load() }
+func (p *Partition) Notify() <-chan struct{} {
+	p.waiting.Store(true)
+	return *p.notify.Load()
+}
 
+// wake closes the notify channel if anyone took it. The state change it
+// announces must be stored before wake is called: a Notify that misses this
+// wake then sees the new state.
 func (p *Partition) wake() {
+	if !p.waiting.Swap(false) {
+		return
+	}
 	ch := make(chan struct{})
 	old := p.notify.Swap(&ch)
 	close(*old)

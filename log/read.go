@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"sort"
+	"sync"
 )
 
 // Chunk is a byte range of a segment file holding whole batches. Its file
@@ -13,6 +14,7 @@ type Chunk struct {
 	h           *handle
 	Pos, Len    int64
 	FirstOffset int64 // base offset of the first batch in the chunk
+	NextOffset  int64 // offset after the last batch in the chunk
 }
 
 // File returns the open segment file. If it implements OSFile, the chunk can
@@ -24,18 +26,24 @@ func (c Chunk) File() File { return c.h.f }
 type ReadResult struct {
 	Chunks         []Chunk
 	Bytes          int64
+	NextOffset     int64 // offset after the last batch returned (= the offset read if none)
 	HighWatermark  int64
 	LogStartOffset int64
 	LogEndOffset   int64
 	store          *Store
+	inline         [2]Chunk
 }
 
-// Release lets the chunks' files be closed.
+var readResultPool = sync.Pool{New: func() any { return new(ReadResult) }}
+
+// Release lets the chunks' files be closed. The result must not be used
+// after.
 func (r *ReadResult) Release() {
 	for _, c := range r.Chunks {
 		r.store.cache.release(c.h)
 	}
-	r.Chunks = nil
+	*r = ReadResult{}
+	readResultPool.Put(r)
 }
 
 // AppendTo copies the chunks' bytes to dst (the copy path, for callers that
@@ -76,8 +84,11 @@ func (p *Partition) Read(offset int64, maxBytes int64) (*ReadResult, error) {
 		return nil, e
 	}
 	hw := p.hw.Load()
-	res := &ReadResult{store: p.store, HighWatermark: hw.off, LogStartOffset: p.logStart.Load(), LogEndOffset: p.leo.Load()}
+	res := readResultPool.Get().(*ReadResult)
+	*res = ReadResult{store: p.store, NextOffset: offset, HighWatermark: hw.off, LogStartOffset: p.logStart.Load(), LogEndOffset: p.leo.Load()}
+	res.Chunks = res.inline[:0]
 	if offset < res.LogStartOffset || offset > res.LogEndOffset {
+		res.Release()
 		return nil, ErrOffsetOutOfRange
 	}
 	if offset >= hw.off {
@@ -86,6 +97,7 @@ func (p *Partition) Read(offset int64, maxBytes int64) (*ReadResult, error) {
 	segs := p.segments()
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > offset }) - 1
 	if i < 0 {
+		res.Release()
 		return nil, ErrOffsetOutOfRange // deleted under us by retention
 	}
 	first := true
@@ -113,6 +125,7 @@ func (p *Partition) Read(offset int64, maxBytes int64) (*ReadResult, error) {
 		first = false
 		res.Chunks = append(res.Chunks, c)
 		res.Bytes += c.Len
+		res.NextOffset = c.NextOffset
 		maxBytes -= c.Len
 		if c.Pos+c.Len < limit {
 			break // budget exhausted inside this segment
@@ -172,19 +185,19 @@ func (p *Partition) readSegment(seg *segment, offset, limit, maxBytes int64, fir
 		pos += int64(hdr.Length)
 	}
 	c.Pos, c.FirstOffset = pos, hdr.BaseOffset
-	end := pos
+	end, endOff := pos, hdr.BaseOffset
 	if first || int64(hdr.Length) <= maxBytes {
-		end = pos + int64(hdr.Length)
+		end, endOff = pos+int64(hdr.Length), hdr.NextOffset()
 	}
 	want := min(pos+maxBytes, limit)
 	if end > pos && end < want {
 		// Jump by the index to the last indexed batch start inside the
 		// budget, then walk headers to the budget's edge.
 		seg.mu.RLock()
-		j := ix.lookupPos(want)
+		j, rel := ix.lookupPos(want)
 		seg.mu.RUnlock()
 		if j > end {
-			end = j
+			end, endOff = j, seg.base+int64(rel)
 		}
 		for end < want {
 			if hdr, err = sc.header(end); err != nil {
@@ -194,7 +207,7 @@ func (p *Partition) readSegment(seg *segment, offset, limit, maxBytes int64, fir
 			if end+int64(hdr.Length) > want {
 				break
 			}
-			end += int64(hdr.Length)
+			end, endOff = end+int64(hdr.Length), hdr.NextOffset()
 		}
 	}
 	if end > pos {
@@ -203,10 +216,31 @@ func (p *Partition) readSegment(seg *segment, offset, limit, maxBytes int64, fir
 			p.store.cache.release(h)
 			return c, err
 		}
-		end = good // serve the good batches; the next read reports the bad one
+		if good != end { // serve the good batches; the next read reports the bad one
+			end = good
+			if endOff, err = offsetAt(&sc, pos, end); err != nil {
+				p.store.cache.release(h)
+				return c, err
+			}
+		}
 	}
-	c.Len = end - pos
+	c.Len, c.NextOffset = end-pos, endOff
 	return c, nil
+}
+
+// offsetAt returns the offset of the batch boundary at end by walking
+// headers from pos (a boundary before it).
+func offsetAt(sc *headerScanner, pos, end int64) (int64, error) {
+	off := int64(-1)
+	for pos < end {
+		h, err := sc.header(pos)
+		if err != nil {
+			return 0, err
+		}
+		off = h.NextOffset()
+		pos += int64(h.Length)
+	}
+	return off, nil
 }
 
 // segmentIndex returns seg's index, loading it from the index files (or

@@ -210,24 +210,24 @@ type headerScanner struct {
 	r      io.ReaderAt
 	path   string
 	limit  int64
+	bp     *[]byte
 	buf    []byte
 	bufPos int64
 	bufLen int
 }
 
-const scanWindow = 16 << 10
+const scanWindow = 8 << 10
 
 var scanBufPool = sync.Pool{New: func() any { b := make([]byte, scanWindow); return &b }}
 
-func newHeaderScanner(r io.ReaderAt, path string, limit int64) *headerScanner {
+func newHeaderScanner(r io.ReaderAt, path string, limit int64) headerScanner {
 	bp := scanBufPool.Get().(*[]byte)
-	return &headerScanner{r: r, path: path, limit: limit, buf: *bp, bufPos: -1}
+	return headerScanner{r: r, path: path, limit: limit, bp: bp, buf: *bp, bufPos: -1}
 }
 
 func (s *headerScanner) close() {
-	b := s.buf
-	s.buf = nil
-	scanBufPool.Put(&b)
+	scanBufPool.Put(s.bp)
+	s.bp, s.buf = nil, nil
 }
 
 // header returns the batch header at pos, which must be a batch boundary
