@@ -3,7 +3,6 @@ package log
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"math/rand/v2"
 	"os"
 	"testing"
@@ -49,12 +48,6 @@ func mustOpen(t testing.TB, s *Store, dir string, cfg Config) *Partition {
 		t.Fatalf("open %s: %v", dir, err)
 	}
 	return p
-}
-
-// record is an appended batch as the log must return it.
-type record struct {
-	base  int64
-	bytes []byte
 }
 
 // randBatch returns a batch of 1..maxRecords records with random sizes.
@@ -131,8 +124,4 @@ func storedCopy(b []byte, base int64) []byte {
 	c := append([]byte(nil), b...)
 	binary.BigEndian.PutUint64(c, uint64(base))
 	return c
-}
-
-func isCrash(err error) bool {
-	return errors.Is(err, memfs.ErrCrashed)
 }

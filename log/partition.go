@@ -1,7 +1,6 @@
 package log
 
 import (
-	"fmt"
 	"math"
 	"os"
 	"sync"
@@ -256,21 +255,22 @@ func (p *Partition) WaitDurable(off int64) error {
 		closed := p.closed
 		p.mu.Unlock()
 		if closed {
-			if p.hw.Load().off >= off {
-				return nil
-			}
 			return ErrClosed
 		}
-		<-p.store.syncer.next()
+		p.store.syncer.commit()
 	}
 }
 
 // syncNow is one group-commit step for p: fsync what was written so far
 // (outside the lock), then advance the high watermark to it.
-func (p *Partition) syncNow() {
+func (p *Partition) syncNow() { p.sync(false) }
+
+// sync implements syncNow; final is Close's last flush, which runs after
+// closed is set (so no append can race it).
+func (p *Partition) sync(final bool) {
 	p.mu.Lock()
 	p.dirty = false
-	if p.closed || p.failed.Load() != nil {
+	if (p.closed && !final) || p.failed.Load() != nil {
 		p.mu.Unlock()
 		return
 	}
@@ -301,7 +301,7 @@ func (p *Partition) syncNow() {
 	}
 	if h != nil {
 		p.store.cache.release(h)
-		if p.activeH == h && p.leo.Load() == target.off && !p.closed {
+		if p.activeH == h && p.leo.Load() == target.off {
 			p.store.cache.release(h) // fully synced: unpin
 			p.activeH = nil
 		}
@@ -393,16 +393,24 @@ func (p *Partition) Sync() error {
 
 // Close flushes and closes the partition: fsync, write the active segment's
 // indexes and a clean-shutdown record so the next open skips the tail scan.
+// Appends and durability waits that race Close get ErrClosed.
 func (p *Partition) Close() error {
-	p.syncNow()
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.closed {
+		p.mu.Unlock()
 		return ErrClosed
 	}
 	p.closed = true
+	p.mu.Unlock()
+	p.sync(true)
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	defer p.store.forget(p)
-	defer p.wake()
+	defer func() {
+		p.waiting.Store(true) // wake unconditionally: nobody may sleep on a closed partition
+		p.wake()
+	}()
 	if p.activeH != nil {
 		p.store.cache.release(p.activeH)
 		p.activeH = nil
@@ -415,9 +423,6 @@ func (p *Partition) Close() error {
 	}()
 	if e := p.failed.Load(); e != nil {
 		return e
-	}
-	if p.leo.Load() != p.hw.Load().off && p.store.Durable() {
-		return fmt.Errorf("log: close with unsynced data")
 	}
 	seg := p.active
 	if err := writeIndexes(p.store.fs, seg, true); err != nil {

@@ -3,6 +3,7 @@ package log
 import (
 	"errors"
 	"io"
+	"io/fs"
 	"sort"
 	"sync"
 )
@@ -113,6 +114,9 @@ func (p *Partition) Read(offset int64, maxBytes int64) (*ReadResult, error) {
 		c, err := p.readSegment(seg, offset, limit, maxBytes, first)
 		if err != nil {
 			res.Release()
+			if errors.Is(err, fs.ErrNotExist) && offset < p.logStart.Load() {
+				return nil, ErrOffsetOutOfRange // deleted by retention under us
+			}
 			return nil, err
 		}
 		if c.Len == 0 {

@@ -118,55 +118,100 @@ func (s *Store) forget(p *Partition) {
 	s.mu.Unlock()
 }
 
-// syncer runs group commit. Partitions with unsynced bytes register in dirty;
-// a round takes the whole set, fsyncs each partition (a few at once) and then
-// closes the round's done channel. Whoever registers while a round runs joins
-// the next one, so N concurrent appenders cost about two fsyncs, not N.
+// syncer runs group commit. Partitions with unsynced bytes register in
+// dirty; a round takes the whole set, fsyncs each partition (a few at once)
+// and then closes the round's done channel. Whoever registers while a round
+// runs joins the next one, so N concurrent appenders cost about two fsyncs,
+// not N.
+//
+// A durability waiter that finds no round running leads one itself, on its
+// own goroutine: a lone appender pays no hand-off to another goroutine.
+// Waiters that arrive during a round wait for it to end, then check again
+// and lead the next round if their bytes were not in it (one of them wins,
+// the others follow it). Appends that nobody waits for (acks=0/1) are
+// committed by the background goroutine a moment later (commitDelay), which
+// leaves room for a waiter to lead.
 type syncer struct {
 	interval time.Duration
 	parallel int
 
 	mu    sync.Mutex
 	dirty []*Partition
-	done  chan struct{} // closed when the round that takes dirty finishes
+	cur   chan struct{} // closed when the running round ends; nil if none
+	armed bool          // timer set to commit unwaited appends
 
-	kick chan struct{}
-	quit chan struct{}
-	wg   sync.WaitGroup
+	timer *time.Timer
+	kick  chan struct{}
+	quit  chan struct{}
+	wg    sync.WaitGroup
 }
+
+// commitDelay is how long an append nobody waits for stays uncommitted (and
+// invisible under the durable policy) at most before the background round.
+const commitDelay = 500 * time.Microsecond
 
 func newSyncer(interval time.Duration, parallel int) *syncer {
 	s := &syncer{
 		interval: interval,
 		parallel: parallel,
-		done:     make(chan struct{}),
+		timer:    time.NewTimer(time.Hour),
 		kick:     make(chan struct{}, 1),
 		quit:     make(chan struct{}),
 	}
+	s.timer.Stop()
 	s.wg.Add(1)
 	go s.run()
 	return s
 }
 
-// markDirty registers p for the next round; in the durable policy it also
-// starts one. Lock order: Partition.mu before syncer.mu.
+// markDirty registers p for the next round. Lock order: Partition.mu before
+// syncer.mu.
 func (s *syncer) markDirty(p *Partition) {
 	s.mu.Lock()
 	s.dirty = append(s.dirty, p)
-	s.mu.Unlock()
-	if s.interval <= 0 {
-		s.poke()
+	if s.interval <= 0 && !s.armed {
+		s.armed = true
+		s.timer.Reset(commitDelay)
 	}
+	s.mu.Unlock()
 }
 
-// next returns the done channel of the next round to start and makes sure
-// one starts.
-func (s *syncer) next() <-chan struct{} {
+// commit runs a round if none is running, else waits for the running one
+// to end. Callers loop until their condition holds: a round that was already
+// running may not have included their bytes.
+func (s *syncer) commit() {
 	s.mu.Lock()
-	ch := s.done
+	if s.cur == nil {
+		parts, done := s.startLocked()
+		s.mu.Unlock()
+		s.runRound(parts, done)
+		return
+	}
+	ch := s.cur
 	s.mu.Unlock()
-	s.poke()
-	return ch
+	<-ch
+}
+
+// startLocked begins a round: it takes the dirty set. s.mu held.
+func (s *syncer) startLocked() ([]*Partition, chan struct{}) {
+	parts := s.dirty
+	s.dirty = nil
+	s.cur = make(chan struct{})
+	return parts, s.cur
+}
+
+// runRound syncs parts and ends the round; if unwaited appends registered
+// meanwhile, the background goroutine commits them.
+func (s *syncer) runRound(parts []*Partition, done chan struct{}) {
+	s.syncAll(parts)
+	s.mu.Lock()
+	s.cur = nil
+	more := len(s.dirty) > 0
+	s.mu.Unlock()
+	close(done)
+	if more {
+		s.poke()
+	}
 }
 
 func (s *syncer) poke() {
@@ -188,42 +233,58 @@ func (s *syncer) run() {
 		select {
 		case <-s.kick:
 		case <-tick:
+		case <-s.timer.C:
+			s.mu.Lock()
+			s.armed = false
+			s.mu.Unlock()
 		case <-s.quit:
-			s.round()
-			return
+			for { // a final round after any running one
+				s.mu.Lock()
+				if s.cur == nil {
+					parts, done := s.startLocked()
+					s.mu.Unlock()
+					s.runRound(parts, done)
+					return
+				}
+				ch := s.cur
+				s.mu.Unlock()
+				<-ch
+			}
 		}
-		s.round()
+		s.mu.Lock()
+		if s.cur != nil || len(s.dirty) == 0 {
+			s.mu.Unlock() // the running round pokes us when it ends
+			continue
+		}
+		parts, done := s.startLocked()
+		s.mu.Unlock()
+		s.runRound(parts, done)
 	}
 }
 
-func (s *syncer) round() {
-	s.mu.Lock()
-	parts, done := s.dirty, s.done
-	s.dirty, s.done = nil, make(chan struct{})
-	s.mu.Unlock()
+func (s *syncer) syncAll(parts []*Partition) {
 	if len(parts) <= 1 || s.parallel <= 1 {
 		for _, p := range parts {
 			p.syncNow()
 		}
-	} else {
-		var wg sync.WaitGroup
-		work := make(chan *Partition, len(parts))
-		for _, p := range parts {
-			work <- p
-		}
-		close(work)
-		for i := 0; i < min(s.parallel, len(parts)); i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for p := range work {
-					p.syncNow()
-				}
-			}()
-		}
-		wg.Wait()
+		return
 	}
-	close(done)
+	var wg sync.WaitGroup
+	work := make(chan *Partition, len(parts))
+	for _, p := range parts {
+		work <- p
+	}
+	close(work)
+	for i := 0; i < min(s.parallel, len(parts)); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				p.syncNow()
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func (s *syncer) stop() {

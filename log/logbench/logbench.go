@@ -49,7 +49,7 @@ func Run(o Options) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "%-28s %10.1f %12.0f %12.0f %10d %9s\n", fmt.Sprintf("plain write+fdatasync %s", kib(size)), plain.mbps(), plain.perSec(), plain.perSec(), plain.syncs, "1.00x")
+		fmt.Fprintf(w, "%-28s %10.1f %12.0f %12.0f %10d %9s\n", fmt.Sprintf("plain write+fdatasync %s", kib(size)), plain.mbps(), plain.perSec(), plain.perSec()*float64(plain.recordsPerBatch), plain.syncs, "1.00x")
 		for _, appenders := range []int{1, 8, 64} {
 			r, err := appendRun(o, size, appenders)
 			if err != nil {
@@ -110,8 +110,8 @@ func plainLoop(o Options, size int) (result, error) {
 	}
 	defer os.Remove(path)
 	defer f.Close()
-	buf, _ := batchOf(size)
-	var r result
+	buf, recs := batchOf(size)
+	r := result{recordsPerBatch: recs}
 	start := time.Now()
 	for r.bytes < o.Bytes && time.Since(start) < o.Duration {
 		if _, err := f.WriteAt(buf, r.bytes); err != nil {
