@@ -51,6 +51,7 @@ func newRootCommand() *cobra.Command {
 		newServeCommand(o),
 		newInspectCommand(),
 		newVersionCommand(),
+		newBenchCommand(),
 	)
 	return cmd
 }

@@ -305,9 +305,11 @@ func openRun(o Options) error {
 	}
 	b, _ := batchOf(64 << 10)
 	total := int64(o.OpenGiB * (1 << 30))
-	// Stop a little short of a segment boundary so the active segment is
-	// nearly full: the worst case for the crash scan.
-	for n := int64(0); n < total-int64(len(b)); n += int64(len(b)) {
+	// Fill whole segments and stop one batch short of the last one's end, so
+	// the active segment is nearly full: the worst case for the crash scan.
+	perSeg := int64(log.DefaultSegmentBytes / len(b))
+	wantSegs := max((total+log.DefaultSegmentBytes-1)/log.DefaultSegmentBytes, 1)
+	for n := int64(0); n < perSeg*wantSegs-1; n++ {
 		if _, err := p.Append(b); err != nil {
 			return err
 		}
