@@ -40,7 +40,7 @@ func testPermutation(t *testing.T, segBytes, interval int64, policy time.Duratio
 	ts := int64(1_700_000_000_000)
 	var last AppendResult
 	for i := 0; i < 300; i++ {
-		b := randBatch(rng, ts+int64(i)*10, 300)
+		b := randBatch(rng, ts+int64(i)*10+int64(rng.IntN(200))-100, 300) // timestamps out of order
 		res, err := p.Append(b)
 		if err != nil {
 			t.Fatal(err)
@@ -420,5 +420,142 @@ func TestSegmentRollByAge(t *testing.T) {
 	}
 	if p.HighWatermark() != 1 {
 		t.Fatalf("hw %d after roll", p.HighWatermark())
+	}
+}
+
+// TestConcurrentAppendReadRetention runs appenders, long-polling readers,
+// retention and DeleteRecords at once (meant for -race): readers must only
+// ever see whole, correct batches below the high watermark, or be told their
+// offset is out of range.
+func TestConcurrentAppendReadRetention(t *testing.T) {
+	_, fsys := newMemFS(t)
+	s := openStore(t, fsys, 0)
+	p := mustOpen(t, s, "/data/t-0", Config{SegmentBytes: 4000, IndexIntervalBytes: 256, RetentionBytes: 20000})
+	const appenders, per = 4, 150
+	stop := make(chan struct{})
+	var wg, readers sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := 0; i < appenders; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for j := 0; j < per; j++ {
+				b := testbatch.Make(testbatch.Options{Records: 1 + j%4, ValueSize: 40 + j, Fill: byte(i), Timestamp: int64(j)})
+				res, err := p.Append(b)
+				if err == nil && j%3 == 0 {
+					err = p.WaitDurable(res.LastOffset + 1)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(i)
+	}
+	for r := 0; r < 3; r++ {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			off := int64(0)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ch := p.Notify()
+				res, err := p.Read(off, 3000)
+				if errors.Is(err, ErrOffsetOutOfRange) {
+					off = p.LogStartOffset()
+					continue
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				buf, err := res.AppendTo(nil)
+				hw, next := res.HighWatermark, res.NextOffset
+				res.Release()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(buf) == 0 {
+					select {
+					case <-ch:
+					case <-stop:
+						return
+					}
+					continue
+				}
+				if _, n, _ := ScanBatches(buf, mustBase(buf)); n != next || next > hw {
+					errs <- fmt.Errorf("read at %d: batches end at %d, NextOffset %d, hw %d", off, n, next, hw)
+					return
+				}
+				off = next
+			}
+		}()
+	}
+	readers.Add(1)
+	go func() {
+		defer readers.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			if _, err := p.Maintain(time.Now()); err != nil {
+				errs <- err
+				return
+			}
+			if hw := p.HighWatermark(); hw > 10 {
+				if _, err := p.DeleteRecordsBefore(hw - 10); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	readers.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if err := p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if p.LogEndOffset() == 0 || p.HighWatermark() != p.LogEndOffset() {
+		t.Fatalf("leo %d hw %d", p.LogEndOffset(), p.HighWatermark())
+	}
+	p.Close()
+	checkVerify(t, fsys, "/data/t-0")
+}
+
+func mustBase(b []byte) int64 {
+	h, _ := ParseBatchHeader(b)
+	return h.BaseOffset
+}
+
+func TestDeletePartition(t *testing.T) {
+	mfs, fsys := newMemFS(t)
+	s := openStore(t, fsys, 0)
+	p := mustOpen(t, s, "/data/t-0", Config{SegmentBytes: 500})
+	for i := 0; i < 10; i++ {
+		if _, err := p.Append(testbatch.Make(testbatch.Options{Records: 1, ValueSize: 100})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := fsys.ReadDir("/data"); len(names) != 0 {
+		t.Fatalf("left behind: %v", names)
+	}
+	crashed := memFS{mfs.CrashClone(memfs.CrashConfig{})}
+	if names, _ := crashed.ReadDir("/data"); len(names) != 0 {
+		t.Fatalf("deletion not durable: %v", names)
 	}
 }
