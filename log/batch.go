@@ -163,8 +163,29 @@ func checkFields(h *BatchHeader) error {
 	if h.LastOffsetDelta < 0 || h.NumRecords <= 0 || int64(h.NumRecords) != int64(h.LastOffsetDelta)+1 {
 		return fmt.Errorf("%w: record count %d inconsistent with lastOffsetDelta %d", ErrInvalidBatch, h.NumRecords, h.LastOffsetDelta)
 	}
+	// A record takes at least minRecordSize bytes, so a batch cannot claim
+	// more records than its bytes could hold (compressed: than any realistic
+	// compression ratio could). Without this, a header-only batch could
+	// consume 2^31 offsets and force a segment roll per append.
+	room := int64(h.Length) - BatchHeaderSize
+	if h.Codec() != CodecNone {
+		room *= maxCompressionRatio
+	}
+	if int64(h.NumRecords)*minRecordSize > room {
+		return fmt.Errorf("%w: %d records cannot fit in %d bytes", ErrInvalidBatch, h.NumRecords, h.Length)
+	}
 	return nil
 }
+
+const (
+	// minRecordSize is the smallest encoded record: length, attributes,
+	// timestamp delta, offset delta, key length, value length, header count,
+	// one byte each.
+	minRecordSize = 7
+	// maxCompressionRatio bounds how many record bytes one compressed byte
+	// may stand for when counting records without decompressing.
+	maxCompressionRatio = 1024
+)
 
 // VerifyBatch checks the CRC-32C of a complete stored batch b (header already
 // parsed into h).

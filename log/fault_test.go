@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/synapsebroker/synapse/log/internal/memfs"
 	"github.com/synapsebroker/synapse/log/internal/testbatch"
@@ -161,6 +162,11 @@ func TestBitRotInSealedSegment(t *testing.T) {
 	}
 	t.Logf("verify: %v", rep.Damage)
 
+	// Without its index the segment must be rebuilt at open, which meets the
+	// damage: the partition still opens, and only reads reaching it fail.
+	if err := fsys.Remove(victim.indexPath()); err != nil {
+		t.Fatal(err)
+	}
 	p = mustOpen(t, openStore(t, fsys, 0), "/data/t-0", cfg)
 	off := p.LogStartOffset()
 	var sawErr bool
@@ -272,5 +278,92 @@ func TestOpenFileBoundOnDisk(t *testing.T) {
 	}
 	if n := fds() - before; n > 25 {
 		t.Fatalf("%d descriptors open for 200 partitions, bound is 20", n)
+	}
+}
+
+// TestKillThenPowerLoss: a process crash right after a roll (the new
+// segment's directory entry not yet fsync'd), a restart that appends durably,
+// then a power loss: nothing acknowledged after the restart may be lost.
+func TestKillThenPowerLoss(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	mfs, fsys := newMemFS(t)
+	cfg := Config{SegmentBytes: 1000}
+	// The interval policy with a long interval: nothing syncs behind our back.
+	s := OpenStore(Options{FS: fsys, SyncInterval: time.Hour})
+	p := mustOpen(t, s, "/data/t-0", cfg)
+	for len(p.segments()) < 3 { // the last roll's directory fsync is pending
+		if _, err := p.Append(randBatch(rng, 0, 200)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// kill -9: freeze the file system as the process left it (page cache and
+	// all), the dead process can do nothing more.
+	mfs.SetInjector(func(memfs.Op, string) error { return memfs.ErrCrashed })
+	s.Close()
+	mfs.SetInjector(nil)
+
+	s2 := openStore(t, fsys, 0)
+	p2 := mustOpen(t, s2, "/data/t-0", cfg)
+	acked := map[int64][]byte{}
+	for i := 0; i < 3; i++ { // small: stays in the recovered last segment
+		b := randBatch(rng, 0, 10)
+		res, err := p2.Append(b)
+		if err == nil {
+			err = p2.WaitDurable(res.LastOffset + 1)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		acked[res.BaseOffset] = storedCopy(b, res.BaseOffset)
+	}
+	if len(p2.segments()) != 3 {
+		t.Fatalf("test needs the appends in the recovered segment; %d segments", len(p2.segments()))
+	}
+	// Power loss.
+	clone := memFS{mfs.CrashClone(memfs.CrashConfig{UnsyncedMode: memfs.DropUnsynced})}
+	p3 := mustOpen(t, openStore(t, clone, 0), "/data/t-0", cfg)
+	for off := range acked {
+		if off >= p3.LogEndOffset() {
+			t.Fatalf("batch %d acknowledged after the restart is gone after a power loss (leo %d)", off, p3.LogEndOffset())
+		}
+	}
+	readAll(t, p3, rng, acked)
+}
+
+func TestWaitDurableBeyondLogEnd(t *testing.T) {
+	_, fsys := newMemFS(t)
+	p := mustOpen(t, openStore(t, fsys, 0), "/data/t-0", Config{})
+	if err := p.WaitDurable(5); !errors.Is(err, ErrOffsetOutOfRange) {
+		t.Fatalf("WaitDurable past the log end: %v", err)
+	}
+}
+
+// TestLeftoverSegmentsBelowLogStart: a crash after the log start moved but
+// before the files went; the next open removes them.
+func TestLeftoverSegmentsBelowLogStart(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	mfs, fsys := newMemFS(t)
+	cfg := Config{SegmentBytes: 1000}
+	s := openStore(t, fsys, 0)
+	p := mustOpen(t, s, "/data/t-0", cfg)
+	if err := appendDurable(p, rng, 30, map[int64][]byte{}); err != nil {
+		t.Fatal(err)
+	}
+	mfs.SetInjector(memfs.FailNth(memfs.OpRemove, 1, errors.New("injected")))
+	target := p.segments()[2].base
+	if _, err := p.DeleteRecordsBefore(target); err == nil {
+		t.Fatal("removal failure not reported")
+	}
+	mfs.SetInjector(nil)
+	p.Close()
+	p = mustOpen(t, openStore(t, fsys, 0), "/data/t-0", cfg)
+	if p.LogStartOffset() != target || p.segments()[0].base != target {
+		t.Fatalf("log start %d, first segment %d, want both %d", p.LogStartOffset(), p.segments()[0].base, target)
+	}
+	names, _ := fsys.ReadDir("/data/t-0")
+	for _, n := range names {
+		if b, ok := parseSegmentName(n, ".log"); ok && b < target {
+			t.Fatalf("segment %s below the log start still on disk", n)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package log
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"sync"
@@ -194,6 +195,9 @@ func (p *Partition) appendChecked(batch []byte, h BatchHeader, cfg *Config) (App
 	}
 	seg := p.active
 	base := p.leo.Load()
+	if base > math.MaxInt64-int64(h.LastOffsetDelta)-1 {
+		return AppendResult{}, fmt.Errorf("%w: offsets exhausted", ErrInvalidBatch)
+	}
 	size := seg.size.Load()
 	if size > 0 && (size+int64(len(batch)) > cfg.SegmentBytes ||
 		p.store.now().Sub(seg.created) >= time.Duration(cfg.SegmentMs)*time.Millisecond ||
@@ -244,6 +248,9 @@ func (p *Partition) appendChecked(batch []byte, h BatchHeader, cfg *Config) (App
 // Under the interval policy it returns at once. It returns the latched
 // storage error if the partition fails first.
 func (p *Partition) WaitDurable(off int64) error {
+	if off > p.leo.Load() {
+		return fmt.Errorf("%w: wait for %d beyond log end %d", ErrOffsetOutOfRange, off, p.leo.Load())
+	}
 	for {
 		if p.hw.Load().off >= off {
 			return nil
@@ -279,8 +286,9 @@ func (p *Partition) sync(final bool) {
 	if h != nil {
 		p.store.cache.ref(h)
 	}
+	// needDirSync stays set until the SyncDir below succeeds: a roll racing
+	// this round must not take the flag as done while the fsync is in flight.
 	dirSync := p.needDirSync
-	p.needDirSync = false
 	p.mu.Unlock()
 
 	var err error
@@ -297,6 +305,9 @@ func (p *Partition) sync(final bool) {
 	if err != nil {
 		p.failLocked(op, err)
 	} else {
+		if dirSync && p.active == target.seg {
+			p.needDirSync = false
+		}
 		p.setHWLocked(target)
 	}
 	if h != nil {

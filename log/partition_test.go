@@ -1,6 +1,7 @@
 package log
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -205,6 +206,15 @@ func TestCheckBatch(t *testing.T) {
 		if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
 		}
+	}
+	// A header-only batch claiming more records than its bytes can hold.
+	hdrOnly := testbatch.Make(testbatch.Options{Records: 1})[:BatchHeaderSize]
+	binary.BigEndian.PutUint32(hdrOnly[8:], BatchHeaderSize-12)
+	binary.BigEndian.PutUint32(hdrOnly[23:], 1<<30)
+	binary.BigEndian.PutUint32(hdrOnly[57:], 1<<30+1)
+	SetLogAppendTime(hdrOnly, 5)
+	if _, err := CheckBatch(hdrOnly, 0); !errors.Is(err, ErrInvalidBatch) {
+		t.Errorf("header-only batch claiming 2^30 records: %v", err)
 	}
 	// Record count inconsistent with lastOffsetDelta (CRC kept valid).
 	b := mut(func(b []byte) []byte { b[60] = 9; return b })

@@ -193,7 +193,10 @@ func (p *Partition) readSegment(seg *segment, offset, limit, maxBytes int64, fir
 	if first || int64(hdr.Length) <= maxBytes {
 		end, endOff = pos+int64(hdr.Length), hdr.NextOffset()
 	}
-	want := min(pos+maxBytes, limit)
+	want := limit
+	if maxBytes < limit-pos {
+		want = pos + maxBytes
+	}
 	if end > pos && end < want {
 		// Jump by the index to the last indexed batch start inside the
 		// budget, then walk headers to the budget's edge.

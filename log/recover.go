@@ -123,15 +123,28 @@ func (p *Partition) open() error {
 	}
 	// Leftovers: temp files of an interrupted atomic write, index files whose
 	// segment is gone.
+	dirty := false // directory changed or state recovered: fsync it before use
 	for _, n := range names {
 		stem := strings.TrimSuffix(strings.TrimSuffix(n, ".timeindex"), ".index")
 		if strings.HasSuffix(n, ".tmp") || (stem != n && !haveLog[stem]) {
 			if err := fsys.Remove(filepath.Join(p.dir, n)); err != nil {
 				return err
 			}
+			dirty = true
 		}
 	}
 	sort.Slice(segs, func(i, j int) bool { return segs[i].base < segs[j].base })
+	// Segments wholly below the log start (their successor starts at or
+	// before it) are leftovers of an interrupted deletion: finish it.
+	for len(segs) > 1 && segs[1].base <= st.LogStartOffset {
+		for _, path := range []string{segs[0].indexPath(), segs[0].timeIndexPath(), segs[0].logPath} {
+			if err := fsys.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+		segs = segs[1:]
+		dirty = true
+	}
 	if len(segs) == 0 {
 		seg := newSegment(p.dir, st.LogStartOffset, now)
 		f, err := fsys.OpenFile(seg.logPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
@@ -152,14 +165,16 @@ func (p *Partition) open() error {
 		}
 		if !last {
 			seg.sealed.Store(true)
-			if err := p.openSealed(seg); err != nil {
+			if err := p.openSealed(seg, segs[i+1].base); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := p.openActive(seg, st.Clean); err != nil {
+		scanned, err := p.openActive(seg, st.Clean)
+		if err != nil {
 			return err
 		}
+		dirty = dirty || scanned
 	}
 	p.segs.Store(&segs)
 	p.active = segs[len(segs)-1]
@@ -170,10 +185,22 @@ func (p *Partition) open() error {
 		ls = leo
 	}
 	p.logStart.Store(ls)
+	if dirty {
+		// After a crash the directory entries themselves (the last segment,
+		// created by a roll whose directory fsync may not have run) must be
+		// durable before anything in them counts as durable.
+		if err := fsys.SyncDir(p.dir); err != nil {
+			return err
+		}
+	}
 	// Everything on disk now is durable: the tail was fsync'd by the scan or
 	// by the clean close.
 	p.hw.Store(&mark{off: leo, seg: p.active, pos: p.active.size.Load()})
-	return nil
+	// Segments wholly below the log start are leftovers of a crash in the
+	// middle of a deletion.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.deleteSegmentsLocked(func(seg *segment) bool { return seg.next.Load() <= ls })
 }
 
 func parseSegmentName(name, ext string) (int64, bool) {
@@ -221,7 +248,7 @@ func loadIndexes(fsys FS, seg *segment, logSize int64) (indexMeta, *segmentIndex
 // openSealed sets up a sealed segment from its index headers, rebuilding the
 // indexes from the log if they do not match it. The .log itself is not read
 // when the indexes are good: open time does not grow with the data.
-func (p *Partition) openSealed(seg *segment) error {
+func (p *Partition) openSealed(seg *segment, successor int64) error {
 	size, err := fileSize(p.store.fs, seg.logPath)
 	if err != nil {
 		return err
@@ -244,6 +271,7 @@ func (p *Partition) openSealed(seg *segment) error {
 		// damage here is media corruption, not a torn write: keep the data,
 		// remember where it breaks, and fail reads that reach it.
 		seg.corruptAt = res.end
+		seg.next.Store(successor) // offsets past the damage are unknown but end where the next segment starts
 		p.logger.Error("corrupt sealed segment", zap.Int64("base_offset", seg.base),
 			zap.Int64("position", res.end), zap.String("reason", res.reason))
 		return nil
@@ -290,11 +318,11 @@ func (p *Partition) rebuild(seg *segment, size int64) (walkResult, error) {
 // openActive sets up the last segment: trusted from the clean-close record
 // when it matches, otherwise scanned, truncated after its last good batch and
 // fsync'd.
-func (p *Partition) openActive(seg *segment, clean *cleanState) error {
+func (p *Partition) openActive(seg *segment, clean *cleanState) (scanned bool, err error) {
 	fsys := p.store.fs
 	size, err := fileSize(fsys, seg.logPath)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if clean != nil && clean.Base == seg.base && clean.Size == size {
 		if m, ix, err := loadIndexes(fsys, seg, size); err == nil && m.next == clean.Next {
@@ -310,18 +338,27 @@ func (p *Partition) openActive(seg *segment, clean *cleanState) error {
 			} else {
 				p.sinceIndex = size
 			}
-			return nil
+			return false, nil
 		}
 	}
 	res, err := p.rebuild(seg, size)
 	if err != nil {
-		return err
+		return true, err
 	}
 	f, err := fsys.OpenFile(seg.logPath, os.O_RDWR, 0)
 	if err != nil {
-		return err
+		return true, err
 	}
 	defer f.Close()
+	if clean != nil && clean.Base == seg.base && res.end < clean.Size {
+		// Below a clean close's size everything was durable: this is damage
+		// on the medium, not a torn write. Recovery still has to cut here to
+		// keep the log appendable, but say loudly what is lost.
+		p.logger.Error("corruption below the last clean-close size, acknowledged data lost",
+			zap.String("segment", filepath.Base(seg.logPath)),
+			zap.Int64("position", res.end), zap.Int64("clean_size", clean.Size),
+			zap.Int64("first_lost_offset", res.next), zap.String("reason", res.reason))
+	}
 	if res.end != size {
 		p.logger.Warn("truncated torn tail",
 			zap.String("segment", filepath.Base(seg.logPath)),
@@ -330,11 +367,11 @@ func (p *Partition) openActive(seg *segment, clean *cleanState) error {
 			zap.Int64("first_dropped_offset", res.next),
 			zap.String("reason", res.reason))
 		if err := f.Truncate(res.end); err != nil {
-			return err
+			return true, err
 		}
 		seg.size.Store(res.end)
 	}
 	// What survived the crash may still be only in the page cache: make it
 	// durable before it counts as below the high watermark.
-	return f.Sync()
+	return true, f.Sync()
 }

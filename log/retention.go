@@ -117,10 +117,16 @@ func (p *Partition) deleteSegmentsLocked(below func(*segment) bool) error {
 	var err error
 	for _, seg := range segs[:n] {
 		p.store.cache.drop(seg)
-		for _, path := range []string{seg.logPath, seg.indexPath(), seg.timeIndexPath()} {
-			if rerr := p.store.fs.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && err == nil {
+		// The .log goes last and the first failure stops the loop: what is
+		// left is always a contiguous log (the next open finishes the job).
+		for _, path := range []string{seg.indexPath(), seg.timeIndexPath(), seg.logPath} {
+			if rerr := p.store.fs.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 				err = rerr
+				break
 			}
+		}
+		if err != nil {
+			break
 		}
 		p.logger.Info("deleted segment", zap.Int64("base_offset", seg.base), zap.Int64("next_offset", seg.next.Load()))
 	}

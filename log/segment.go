@@ -31,7 +31,8 @@ type segment struct {
 	verified  []span        // byte ranges whose CRCs were checked in this process
 	corruptAt int64         // first corrupt byte found by an index rebuild, -1 none
 
-	fh *handle // guarded by fileCache.mu
+	fh      *handle // guarded by fileCache.mu
+	dropped bool    // deleted or closed: never cache a handle again; fileCache.mu
 }
 
 func segmentName(dir string, base int64, ext string) string {

@@ -338,8 +338,15 @@ func (c *fileCache) acquire(seg *segment) (*handle, error) {
 		return h, nil
 	}
 	h := &handle{f: f, seg: seg, refs: 1}
-	seg.fh = h
 	c.open++
+	if seg.dropped {
+		// Opened just before the segment was deleted (or its partition
+		// closed): serve this reader, close on its release, cache nothing.
+		h.gone = true
+		c.mu.Unlock()
+		return h, nil
+	}
+	seg.fh = h
 	toClose := c.evictLocked()
 	c.mu.Unlock()
 	closeAll(toClose)
@@ -382,6 +389,7 @@ func (c *fileCache) release(h *handle) {
 // is closed now if unused, else by the last release.
 func (c *fileCache) drop(seg *segment) {
 	c.mu.Lock()
+	seg.dropped = true
 	h := seg.fh
 	var f File
 	if h != nil {
