@@ -13,7 +13,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 # Packages that `make test` runs with the race detector. Add new packages
 # (./protocol/... ./broker/... ./tiering/...) here as they land.
-CORE_PKGS ?= ./log/... ./cmd/...
+CORE_PKGS ?= ./log/... ./protocol/... ./broker/... ./cmd/...
 
 # Fuzzing: every Fuzz* target of FUZZ_PKG runs for FUZZTIME, one after another.
 FUZZ_PKG ?= ./log/

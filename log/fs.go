@@ -98,10 +98,10 @@ func (osFS) SyncDir(dir string) error {
 	return err
 }
 
-// writeFileAtomic writes data to name via a temporary file: write, fsync,
+// WriteFileAtomic writes data to name via a temporary file: write, fsync,
 // rename, fsync(dir). After it returns nil the new contents survive a crash;
 // before that either the old or the new contents are visible, never a mix.
-func writeFileAtomic(fs FS, name string, data []byte) error {
+func WriteFileAtomic(fs FS, name string, data []byte) error {
 	tmp := name + ".tmp"
 	f, err := fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {

@@ -81,6 +81,17 @@ func (r *ReadResult) WriteTo(w io.Writer) (int64, error) {
 // serves them (appended ones were checked on append), so corruption on disk
 // is an error, never garbage handed to a client.
 func (p *Partition) Read(offset int64, maxBytes int64) (*ReadResult, error) {
+	return p.read(offset, maxBytes, true)
+}
+
+// ReadAtMost is Read without the first-batch exception: it returns no
+// chunks when the first batch does not fit in maxBytes. A fetch uses it for
+// every partition after the first that returned data (Kafka's KIP-74).
+func (p *Partition) ReadAtMost(offset int64, maxBytes int64) (*ReadResult, error) {
+	return p.read(offset, maxBytes, false)
+}
+
+func (p *Partition) read(offset int64, maxBytes int64, minOne bool) (*ReadResult, error) {
 	if e := p.failed.Load(); e != nil {
 		return nil, e
 	}
@@ -101,7 +112,7 @@ func (p *Partition) Read(offset int64, maxBytes int64) (*ReadResult, error) {
 		res.Release()
 		return nil, ErrOffsetOutOfRange // deleted under us by retention
 	}
-	first := true
+	first := minOne
 	for ; i < len(segs) && segs[i].base <= hw.seg.base; i++ {
 		seg := segs[i]
 		limit := seg.size.Load()
@@ -121,7 +132,7 @@ func (p *Partition) Read(offset int64, maxBytes int64) (*ReadResult, error) {
 		}
 		if c.Len == 0 {
 			p.store.cache.release(c.h)
-			if first {
+			if res.Bytes == 0 && c.Pos >= limit {
 				continue // offset is at this segment's end: take the next one
 			}
 			break
@@ -363,4 +374,50 @@ func (p *Partition) findTimestamp(seg *segment, h *handle, ts, limit, ls int64) 
 		pos += int64(hdr.Length)
 	}
 	return 0, 0, false, nil
+}
+
+// ScanHeaders calls fn with the header of every batch from the one
+// containing offset up to the log end, reading only headers. fn returning
+// false stops the scan. Used to rebuild state kept beside the log (producer
+// sequences) after a restart.
+func (p *Partition) ScanHeaders(offset int64, fn func(h *BatchHeader) bool) error {
+	for _, seg := range p.segments() {
+		if seg.next.Load() <= offset {
+			continue
+		}
+		h, err := p.store.cache.acquire(seg)
+		if err != nil {
+			return err
+		}
+		limit := seg.size.Load()
+		sc := newHeaderScanner(h.f, seg.logPath, limit)
+		pos := int64(0)
+		if offset > seg.base {
+			if ix, err := p.segmentIndex(seg, h); err == nil {
+				seg.mu.RLock()
+				pos = ix.lookup(seg.base, offset)
+				seg.mu.RUnlock()
+			}
+		}
+		for pos < limit {
+			hdr, err := sc.header(pos)
+			if err != nil {
+				sc.close()
+				p.store.cache.release(h)
+				return err
+			}
+			pos += int64(hdr.Length)
+			if hdr.LastOffset() < offset {
+				continue
+			}
+			if !fn(&hdr) {
+				sc.close()
+				p.store.cache.release(h)
+				return nil
+			}
+		}
+		sc.close()
+		p.store.cache.release(h)
+	}
+	return nil
 }

@@ -40,7 +40,7 @@ func writeState(fs FS, dir string, st partitionState) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(fs, filepath.Join(dir, stateFile), b)
+	return WriteFileAtomic(fs, filepath.Join(dir, stateFile), b)
 }
 
 func readState(fsys FS, dir string) (partitionState, error) {

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -16,25 +16,41 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
-	"github.com/synapsebroker/synapse/log"
+	"github.com/synapsebroker/synapse/broker"
 )
 
 // serveOptions are the flags of `synapse serve`. Each has a SYNAPSE_*
 // environment twin (see bindEnv).
 type serveOptions struct {
-	dataDir       string
-	listen        string
-	fsyncInterval time.Duration
-	maxOpenFiles  int
+	dataDir           string
+	listen            string
+	advertisedAddr    string
+	httpListen        string
+	autoCreateTopics  bool
+	defaultPartitions int32
+	fsyncInterval     time.Duration
+	maxOpenFiles      int
+	maxRequestBytes   int
+	maxConnections    int
+	idleTimeout       time.Duration
+	shutdownTimeout   time.Duration
 }
 
 func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.dataDir, "data-dir", "./data", "directory holding the partition logs (created if missing)")
+	fs.StringVar(&o.dataDir, "data-dir", "./data", "directory holding topics and partition logs (created if missing)")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:9092", "address of the Kafka protocol listener (host:port)")
+	fs.StringVar(&o.advertisedAddr, "advertised-addr", "", "host:port clients are told to connect to (default: the listener's address)")
+	fs.StringVar(&o.httpListen, "http-listen", "127.0.0.1:8080", "address of the HTTP side port (/healthz, /readyz); empty disables it")
+	fs.BoolVar(&o.autoCreateTopics, "auto-create-topics", true, "create unknown topics on Metadata and Produce")
+	fs.Int32Var(&o.defaultPartitions, "default-partitions", 1, "partition count of auto-created topics")
 	fs.DurationVar(&o.fsyncInterval, "fsync-interval", 0,
-		"0 = durable: acknowledge only fsync'd data, concurrent appends share fsyncs (group commit); "+
+		"0 = durable: acknowledge acks=all only once fsync'd, concurrent appends share fsyncs (group commit); "+
 			"> 0 = relaxed: fsync dirty partitions on this interval")
 	fs.IntVar(&o.maxOpenFiles, "max-open-files", 1024, "soft bound on open segment files across all partitions")
+	fs.IntVar(&o.maxRequestBytes, "max-request-bytes", 100<<20, "largest request accepted (Kafka's socket.request.max.bytes)")
+	fs.IntVar(&o.maxConnections, "max-connections", 10000, "concurrent client connections; more are closed at accept")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", 10*time.Minute, "close client connections idle this long (Kafka's connections.max.idle.ms)")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop waits for in-flight requests")
 }
 
 func (o *serveOptions) validate() error {
@@ -45,11 +61,22 @@ func (o *serveOptions) validate() error {
 	if _, _, err := net.SplitHostPort(o.listen); err != nil {
 		errs = append(errs, fmt.Errorf("--listen %q: %w", o.listen, err))
 	}
+	if o.advertisedAddr != "" {
+		if _, _, err := net.SplitHostPort(o.advertisedAddr); err != nil {
+			errs = append(errs, fmt.Errorf("--advertised-addr %q: %w", o.advertisedAddr, err))
+		}
+	}
 	if o.fsyncInterval < 0 {
 		errs = append(errs, fmt.Errorf("--fsync-interval %s: must not be negative", o.fsyncInterval))
 	}
-	if o.maxOpenFiles <= 0 {
-		errs = append(errs, fmt.Errorf("--max-open-files %d: must be positive", o.maxOpenFiles))
+	for _, c := range []struct {
+		name string
+		v    int64
+	}{{"--max-open-files", int64(o.maxOpenFiles)}, {"--default-partitions", int64(o.defaultPartitions)},
+		{"--max-request-bytes", int64(o.maxRequestBytes)}, {"--max-connections", int64(o.maxConnections)}} {
+		if c.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s %d: must be positive", c.name, c.v))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -59,10 +86,9 @@ func newServeCommand(root *rootOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the broker",
-		Long: `Run the broker on the data directory until SIGINT or SIGTERM.
-
-For now serve opens the partition log store and recovers every partition
-under --data-dir; the Kafka protocol listener is not implemented yet.`,
+		Long: `Run the Kafka-compatible broker on the data directory until SIGINT or SIGTERM,
+which stop it gracefully: stop accepting, finish in-flight requests, flush
+and close every partition.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return serveFunc(cmd, root.logger, o)
@@ -90,77 +116,91 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return fmt.Errorf("create data directory: %w", err)
 	}
-	dirs, err := partitionDirs(dataDir)
+	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
-		return err
+		return fmt.Errorf("listen: %w", err)
 	}
-
+	defer ln.Close() // Shutdown closes it too, unless it stops before Serve starts
+	advertised := o.advertisedAddr
+	if advertised == "" {
+		advertised = ln.Addr().String()
+	}
 	policy := "durable"
 	if o.fsyncInterval > 0 {
 		policy = "interval " + o.fsyncInterval.String()
 	}
-	logger.Info("starting",
+	start := time.Now()
+	srv, err := broker.New(broker.Config{
+		DataDir:           dataDir,
+		AdvertisedAddr:    advertised,
+		AutoCreateTopics:  o.autoCreateTopics,
+		DefaultPartitions: o.defaultPartitions,
+		MaxFrameSize:      o.maxRequestBytes,
+		MaxConnections:    o.maxConnections,
+		IdleTimeout:       o.idleTimeout,
+		FsyncInterval:     o.fsyncInterval,
+		MaxOpenFiles:      o.maxOpenFiles,
+		Logger:            logger.Named("broker"),
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	var hs *http.Server
+	if o.httpListen != "" {
+		hln, err := net.Listen("tcp", o.httpListen)
+		if err != nil {
+			ln.Close()
+			srv.Close()
+			return fmt.Errorf("http listen: %w", err)
+		}
+		hs = &http.Server{Handler: healthHandler(srv), ReadHeaderTimeout: 10 * time.Second}
+		go hs.Serve(hln)
+	}
+	logger.Info("serving",
 		zap.String("version", currentBuildInfo().Version),
+		zap.String("listen", ln.Addr().String()),
+		zap.String("advertised", advertised),
+		zap.String("http", o.httpListen),
+		zap.String("cluster_id", srv.ClusterID()),
 		zap.String("data_dir", dataDir),
 		zap.String("fsync", policy),
-		zap.Int("max_open_files", o.maxOpenFiles))
+		zap.Duration("startup", time.Since(start)))
 
-	store := log.OpenStore(log.Options{
-		Logger:       logger.Named("log"),
-		SyncInterval: o.fsyncInterval,
-		MaxOpenFiles: o.maxOpenFiles,
-	})
-	opened, failed := 0, 0
-	for _, dir := range dirs {
-		// Until topic configs exist the partition gets default settings with
-		// retention off: opening (recovery) must never delete data, and
-		// nothing is appended yet, so segment settings do not matter.
-		if _, err := store.OpenPartition(dir, log.Config{RetentionMs: -1}); err != nil {
-			failed++
-			logger.Error("open partition failed, leaving it offline", zap.String("dir", dir), zap.Error(err))
-			continue
-		}
-		opened++
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down", zap.String("cause", context.Cause(ctx).Error()))
+	case err := <-served:
+		logger.Error("listener failed", zap.Error(err))
 	}
-	logger.Info("partitions opened; kafka protocol listener not implemented yet, waiting for a signal",
-		zap.Int("partitions", opened),
-		zap.Int("failed", failed),
-		zap.String("listen", o.listen))
-
-	<-ctx.Done()
 	stop()
-	logger.Info("shutting down", zap.String("cause", context.Cause(ctx).Error()))
-	if err := store.Close(); err != nil {
-		logger.Error("close store", zap.Error(err))
-		return fmt.Errorf("close store: %w", err)
+	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
+	if hs != nil {
+		hs.Shutdown(sctx)
+	}
+	if err := srv.Shutdown(sctx); err != nil {
+		logger.Warn("shutdown deadline passed; connections closed hard", zap.Error(err))
 	}
 	logger.Info("stopped")
 	return nil
 }
 
-// partitionDirs returns the direct subdirectories of dataDir that hold a
-// segment (.log) file, sorted by name.
-func partitionDirs(dataDir string) ([]string, error) {
-	entries, err := os.ReadDir(dataDir)
-	if err != nil {
-		return nil, err
-	}
-	var dirs []string
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
+// healthHandler serves /healthz (the process is up) and /readyz (the broker
+// accepts requests; 503 while starting or stopping).
+func healthHandler(srv *broker.Server) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !srv.Ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
 		}
-		dir := filepath.Join(dataDir, e.Name())
-		files, err := os.ReadDir(dir)
-		if err != nil {
-			return nil, err
-		}
-		for _, f := range files {
-			if f.Type().IsRegular() && strings.HasSuffix(f.Name(), ".log") {
-				dirs = append(dirs, dir)
-				break
-			}
-		}
-	}
-	return dirs, nil
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
 }

@@ -2,13 +2,20 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/synapsebroker/synapse/log"
+	"github.com/synapsebroker/synapse/protocol"
 )
 
 // cancelled is a context that is already done: serve opens everything, finds
@@ -44,69 +51,134 @@ func findEntry(t *testing.T, entries []map[string]any, msgPrefix string) map[str
 	return nil
 }
 
-func TestServeRecoversPartitionsAndStops(t *testing.T) {
-	data := t.TempDir()
-	a, b := filepath.Join(data, "orders-0"), filepath.Join(data, "orders-1")
-	writePartition(t, a, log.Config{SegmentBytes: 200}, 5)
-	writePartition(t, b, log.Config{}, 2)
-	// A torn tail in b, as a crash mid-write leaves it, and things that are
-	// not partitions.
-	f, err := os.OpenFile(segmentPath(b, 0), os.O_WRONLY|os.O_APPEND, 0)
+// freeAddr returns a loopback address nobody listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Write(makeBatch(3, testTimestamp, 7)[:50])
-	f.Close()
-	if err := os.Mkdir(filepath.Join(data, "not-a-partition"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(data, "stray.log"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if rep, err := log.VerifyDir(log.OSFS, b); err != nil || len(rep.Notes) == 0 {
-		t.Fatalf("torn tail not seen before serve: %+v, %v", rep, err)
-	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
 
-	_, stderr, err := run(t, cancelled(), "--log-format", "json", "serve", "--data-dir", data)
+// roundTrip sends one request and decodes the response.
+func roundTrip(t *testing.T, nc net.Conn, corr int32, req kmsg.Request) kmsg.Response {
+	t.Helper()
+	var b []byte
+	b = append(b, 0, 0, 0, 0)
+	b = binary.BigEndian.AppendUint16(b, uint16(req.Key()))
+	b = binary.BigEndian.AppendUint16(b, uint16(req.GetVersion()))
+	b = binary.BigEndian.AppendUint32(b, uint32(corr))
+	b = binary.BigEndian.AppendUint16(b, 4)
+	b = append(b, "test"...)
+	if req.IsFlexible() {
+		b = append(b, 0)
+	}
+	b = req.AppendTo(b)
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := nc.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	frame, err := protocol.ReadFrame(nc, nil, 1<<20)
 	if err != nil {
-		t.Fatalf("serve: %v\n%s", err, stderr)
+		t.Fatal(err)
 	}
-	entries := logEntries(t, stderr)
-	e := findEntry(t, entries, "partitions opened")
-	if e["partitions"] != 2.0 || e["failed"] != 0.0 || e["listen"] != "127.0.0.1:9092" {
-		t.Errorf("partitions entry = %v", e)
+	if got := int32(binary.BigEndian.Uint32(frame)); got != corr {
+		t.Fatalf("correlation id %d, want %d", got, corr)
 	}
-	if !strings.Contains(e["msg"].(string), "not implemented") {
-		t.Errorf("start-up line does not say the listener is missing: %v", e)
+	body := frame[4:]
+	resp := req.ResponseKind()
+	resp.SetVersion(req.GetVersion())
+	if protocol.FlexibleHeader(resp) {
+		body = body[1:]
 	}
-	if e := findEntry(t, entries, "truncat"); e["logger"] != "log" {
-		t.Errorf("recovery was not logged by the named log component: %v", e)
+	if err := resp.ReadFrom(body); err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func TestServeServesAndStops(t *testing.T) {
+	data := t.TempDir()
+	addr, httpAddr := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	type result struct {
+		stderr string
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, stderr, err := run(t, ctx, "--log-format", "json", "serve", "--data-dir", data, "--listen", addr, "--http-listen", httpAddr)
+		done <- result{stderr, err}
+	}()
+	var nc net.Conn
+	for i := 0; i < 200; i++ {
+		var err error
+		if nc, err = net.Dial("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	if nc == nil {
+		cancel()
+		t.Fatalf("broker never listened:\n%s", (<-done).stderr)
+	}
+	defer nc.Close()
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.Version = 3
+	avr := roundTrip(t, nc, 1, av).(*kmsg.ApiVersionsResponse)
+	if avr.ErrorCode != 0 || len(avr.ApiKeys) == 0 {
+		t.Fatalf("ApiVersions: %+v", avr)
+	}
+	ct := kmsg.NewPtrCreateTopicsRequest()
+	ct.Version = 5
+	tp := kmsg.NewCreateTopicsRequestTopic()
+	tp.Topic, tp.NumPartitions, tp.ReplicationFactor = "orders", 2, 1
+	ct.Topics = append(ct.Topics, tp)
+	ctr := roundTrip(t, nc, 2, ct).(*kmsg.CreateTopicsResponse)
+	if len(ctr.Topics) != 1 || ctr.Topics[0].ErrorCode != 0 {
+		t.Fatalf("CreateTopics: %+v", ctr.Topics)
+	}
+	resp, err := http.Get("http://" + httpAddr + "/readyz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/readyz: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	cancel()
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("serve: %v\n%s", r.err, r.stderr)
+	}
+	entries := logEntries(t, r.stderr)
+	e := findEntry(t, entries, "serving")
+	if e["advertised"] != addr || e["data_dir"] != data {
+		t.Errorf("start-up line = %v", e)
 	}
 	findEntry(t, entries, "stopped")
-
-	// Recovery truncated the torn tail, and both partitions were closed
-	// cleanly: nothing is left for the next open to repair.
-	for _, dir := range []string{a, b} {
-		rep, err := log.VerifyDir(log.OSFS, dir)
+	for _, dir := range []string{"orders-0", "orders-1"} {
+		rep, err := log.VerifyDir(log.OSFS, filepath.Join(data, dir))
 		if err != nil || !rep.OK() || len(rep.Notes) != 0 {
 			t.Errorf("%s after serve: %+v, %v", dir, rep, err)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(data, "not-a-partition", "00000000000000000000.log")); err == nil {
-		t.Error("serve turned a directory without segments into a partition")
+	if _, err := os.Stat(filepath.Join(data, "topics.json")); err != nil {
+		t.Error(err)
 	}
 }
 
 func TestServeCreatesDataDir(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "a", "b")
-	_, stderr, err := run(t, cancelled(), "serve", "--data-dir", data)
+	_, stderr, err := run(t, cancelled(), "serve", "--data-dir", data, "--listen", "127.0.0.1:0", "--http-listen", "")
 	if err != nil {
 		t.Fatalf("serve: %v\n%s", err, stderr)
 	}
 	if fi, err := os.Stat(data); err != nil || !fi.IsDir() {
 		t.Fatalf("data dir not created: %v", err)
 	}
-	if !strings.Contains(stderr, "INFO\tpartitions opened") {
+	if !strings.Contains(stderr, "INFO\tbroker") && !strings.Contains(stderr, "serving") {
 		t.Errorf("console log lacks the start-up line:\n%s", stderr)
 	}
 }
@@ -117,12 +189,14 @@ func TestServeEnvironment(t *testing.T) {
 	t.Setenv("SYNAPSE_DATA_DIR", fromEnv)
 	t.Setenv("SYNAPSE_FSYNC_INTERVAL", "250ms")
 	t.Setenv("SYNAPSE_LOG_FORMAT", "json")
+	t.Setenv("SYNAPSE_LISTEN", "127.0.0.1:0")
+	t.Setenv("SYNAPSE_HTTP_LISTEN", "127.0.0.1:0")
 
 	_, stderr, err := run(t, cancelled(), "serve")
 	if err != nil {
 		t.Fatalf("serve: %v\n%s", err, stderr)
 	}
-	e := findEntry(t, logEntries(t, stderr), "starting")
+	e := findEntry(t, logEntries(t, stderr), "serving")
 	if e["data_dir"] != fromEnv || e["fsync"] != "interval 250ms" {
 		t.Errorf("environment not applied: %v", e)
 	}
@@ -132,7 +206,7 @@ func TestServeEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatalf("serve: %v\n%s", err, stderr)
 	}
-	e = findEntry(t, logEntries(t, stderr), "starting")
+	e = findEntry(t, logEntries(t, stderr), "serving")
 	if e["data_dir"] != fromFlag || e["fsync"] != "durable" {
 		t.Errorf("flags did not override the environment: %v", e)
 	}

@@ -1,0 +1,181 @@
+package broker
+
+import (
+	"errors"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/synapsebroker/synapse/log"
+)
+
+// Produce: v3-13
+//
+// Behavior:
+//   - Exactly one v2 record batch per partition (as Kafka requires from v3):
+//     framing and CRC errors are CORRUPT_MESSAGE, anything else wrong with
+//     the batch (magic, record count, several batches) INVALID_RECORD, a batch
+//     above max.message.bytes MESSAGE_TOO_LARGE.
+//   - Bytes are stored as sent: offsets patched, partition leader epoch set;
+//     LogAppendTime topics get the append time stamped (and the CRC redone).
+//     Compressed batches are never decompressed.
+//   - acks=0: no response at all. acks=1: answered after the write.
+//     acks=-1: answered after fsync under the durable policy (every partition
+//     of the request joins the same group commit).
+//   - Idempotent batches (producer id >= 0) are checked against the last five
+//     batches of that producer on that partition: a duplicate is answered with
+//     the original offset and not written again; a gap is
+//     OUT_OF_ORDER_SEQUENCE_NUMBER; an old epoch INVALID_PRODUCER_EPOCH.
+//   - Transactional batches are refused (INVALID_TXN_STATE): transactions are
+//     not implemented.
+//   - Unknown topics are auto-created when enabled.
+//
+// Version notes:
+//   - v13: topics by id (UNKNOWN_TOPIC_ID).
+func (s *Server) handleProduce(req *kmsg.ProduceRequest) (kmsg.Response, error) {
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	type pending struct {
+		ti, pi int // where the partition's response is
+		p      *partition
+		next   int64
+	}
+	var waits []pending
+	acksOK := req.Acks == 0 || req.Acks == 1 || req.Acks == -1
+	for _, rt := range req.Topics {
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		var t *topic
+		code := int16(0)
+		if req.Version >= 13 {
+			if t = s.reg.getByID(rt.TopicID); t == nil {
+				code = kerr.UnknownTopicID.Code
+			}
+		} else {
+			t, code = s.topicOrCreate(rt.Topic, s.cfg.AutoCreateTopics)
+		}
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = -1, -1, -1
+			switch {
+			case !acksOK:
+				sp.ErrorCode = kerr.InvalidRequiredAcks.Code
+			case t == nil:
+				sp.ErrorCode = code
+			default:
+				p := s.reg.partition(t, rp.Partition)
+				if p == nil {
+					sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+					break
+				}
+				next, err := s.produceTo(p, rp.Records, &sp)
+				if err != nil {
+					sp.ErrorCode = s.produceErrorCode(err)
+					sp.ErrorMessage = kmsg.StringPtr(err.Error())
+					sp.BaseOffset = -1
+					break
+				}
+				if req.Acks == -1 && next > 0 {
+					waits = append(waits, pending{len(resp.Topics), len(st.Partitions), p, next})
+				}
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	// Durability: wait for all partitions after all writes, so they share
+	// group-commit rounds.
+	for _, w := range waits {
+		if err := w.p.log.WaitDurable(w.next); err != nil {
+			sp := &resp.Topics[w.ti].Partitions[w.pi]
+			sp.ErrorCode = s.errorCode(err)
+			sp.BaseOffset = -1
+		}
+	}
+	if req.Acks == 0 {
+		return nil, nil
+	}
+	return resp, nil
+}
+
+var (
+	errMultipleBatches = errors.New("produce request carries more than one record batch for a partition")
+	errNoRecords       = errors.New("produce request carries no records for a partition")
+	errTransactional   = errors.New("transactions are not supported")
+)
+
+func (s *Server) produceErrorCode(err error) int16 {
+	switch {
+	case errors.Is(err, errMultipleBatches), errors.Is(err, errNoRecords):
+		return kerr.InvalidRecord.Code
+	case errors.Is(err, errTransactional):
+		return kerr.InvalidTxnState.Code
+	}
+	return s.errorCode(err)
+}
+
+// produceTo appends one partition's batch and fills the response; it
+// returns the offset to wait for (acks=-1), or 0 if there is nothing to wait
+// for (a duplicate that is already durable is still waited on: cheap).
+func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceResponseTopicPartition) (int64, error) {
+	if len(records) == 0 {
+		return 0, errNoRecords
+	}
+	h, err := log.ParseBatchHeader(records)
+	if err != nil {
+		return 0, err
+	}
+	if int(h.Length) < len(records) {
+		return 0, errMultipleBatches
+	}
+	if h.Transactional() {
+		return 0, errTransactional
+	}
+	if configValueOf(s.reg, p.topic, "message.timestamp.type") == "LogAppendTime" {
+		// The client's CRC is checked before the stamp recomputes it.
+		if _, err := log.CheckBatch(records, 0); err != nil {
+			return 0, err
+		}
+		now := s.cfg.Now().UnixMilli()
+		log.SetLogAppendTime(records, now)
+		sp.LogAppendTime = now
+	}
+	log.PatchLeaderEpoch(records, s.meta.m.LeaderEpoch)
+	var res log.AppendResult
+	if h.ProducerID >= 0 {
+		p.mu.Lock()
+		dup, err := p.checkSequence(&h)
+		if err != nil {
+			p.mu.Unlock()
+			return 0, err
+		}
+		if dup >= 0 {
+			p.mu.Unlock()
+			sp.BaseOffset = dup
+			sp.LogStartOffset = p.log.LogStartOffset()
+			return dup + int64(h.LastOffsetDelta) + 1, nil
+		}
+		res, err = p.log.Append(records)
+		if err == nil {
+			p.recordSequence(&res.Header)
+		}
+		p.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+	} else {
+		if res, err = p.log.Append(records); err != nil {
+			return 0, err
+		}
+	}
+	sp.BaseOffset = res.BaseOffset
+	sp.LogStartOffset = res.LogStartOffset
+	return res.LastOffset + 1, nil
+}
+
+func configValueOf(r *registry, t *topic, name string) string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	v, _ := configValue(t.configs, name)
+	return v
+}

@@ -1,0 +1,164 @@
+package broker
+
+import (
+	"reflect"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/synapsebroker/synapse/log"
+)
+
+// Fetch: v4-17
+//
+// Behavior:
+//   - Each partition returns whole batches from the one containing the fetch
+//     offset, up to the partition's max bytes and the response's MaxBytes; the
+//     first batch of the response is returned whatever its size (KIP-74).
+//   - Long poll: with fewer than MinBytes available the request waits up to
+//     MaxWaitMs, woken by appends (the high watermark moving) on any of its
+//     partitions, or by shutdown.
+//   - Bytes are bounded by the high watermark (the durable end under the
+//     durable policy); the last stable offset equals it (no transactions).
+//   - OFFSET_OUT_OF_RANGE below the log start or past the log end.
+//   - Fetch sessions (KIP-227) are declined: every response has session id 0,
+//     so clients send full fetches; a request naming a session gets
+//     FETCH_SESSION_ID_NOT_FOUND.
+//   - Isolation level and rack are accepted; there are no aborted
+//     transactions and no preferred read replica.
+//
+// Version notes:
+//   - v13+: topics by id (UNKNOWN_TOPIC_ID).
+func (s *Server) handleFetch(req *kmsg.FetchRequest) (kmsg.Response, error) {
+	if req.SessionID != 0 {
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
+		return resp, nil
+	}
+	var deadline time.Time
+	if req.MaxWaitMillis > 0 {
+		deadline = time.Now().Add(time.Duration(req.MaxWaitMillis) * time.Millisecond)
+	}
+	for {
+		resp, bytes, waitOn := s.fetchOnce(req)
+		if bytes >= int64(req.MinBytes) || deadline.IsZero() || len(waitOn) == 0 || s.ctx.Err() != nil {
+			return resp, nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return resp, nil
+		}
+		if !s.waitAny(waitOn, left) {
+			// Timed out: answer with what there is now (new data may have
+			// arrived between the last read and the wait).
+			resp, _, _ = s.fetchOnce(req)
+			return resp, nil
+		}
+	}
+}
+
+// fetchOnce reads every requested partition once. It returns the response,
+// the record bytes in it and the notify channels (taken before reading, so no
+// append between the read and the wait is missed) of partitions that could
+// still grow.
+func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*kmsg.FetchResponse, int64, []<-chan struct{}) {
+	resp := req.ResponseKind().(*kmsg.FetchResponse)
+	var total int64
+	var waitOn []<-chan struct{}
+	maxBytes := int64(req.MaxBytes)
+	if maxBytes <= 0 {
+		maxBytes = 1<<31 - 1
+	}
+	for _, rt := range req.Topics {
+		st := kmsg.NewFetchResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		var t *topic
+		code := int16(0)
+		if req.Version >= 13 {
+			if t = s.reg.getByID(rt.TopicID); t == nil {
+				code = kerr.UnknownTopicID.Code
+			}
+		} else if t = s.reg.get(rt.Topic); t == nil {
+			code = kerr.UnknownTopicOrPartition.Code
+		}
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewFetchResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
+			sp.PreferredReadReplica = -1
+			var p *partition
+			if t != nil {
+				if p = s.reg.partition(t, rp.Partition); p == nil {
+					code = kerr.UnknownTopicOrPartition.Code
+				}
+			}
+			if p == nil {
+				sp.ErrorCode = code
+				st.Partitions = append(st.Partitions, sp)
+				continue
+			}
+			waitOn = append(waitOn, p.log.Notify())
+			budget := min(int64(rp.PartitionMaxBytes), maxBytes-total)
+			var res *log.ReadResult
+			var err error
+			if total == 0 {
+				// Nothing returned yet: the first batch goes whatever its size.
+				res, err = p.log.Read(rp.FetchOffset, max(budget, 1))
+			} else if budget > 0 {
+				res, err = p.log.ReadAtMost(rp.FetchOffset, budget)
+			}
+			switch {
+			case err != nil:
+				sp.ErrorCode = s.errorCode(err)
+				sp.HighWatermark = p.log.HighWatermark()
+				sp.LastStableOffset = sp.HighWatermark
+				sp.LogStartOffset = p.log.LogStartOffset()
+			case res == nil: // response budget spent
+				sp.HighWatermark = p.log.HighWatermark()
+				sp.LastStableOffset = sp.HighWatermark
+				sp.LogStartOffset = p.log.LogStartOffset()
+			default:
+				sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = res.HighWatermark, res.HighWatermark, res.LogStartOffset
+				if res.Bytes > 0 {
+					b, rerr := res.AppendTo(make([]byte, 0, res.Bytes))
+					if rerr != nil {
+						sp.ErrorCode = s.errorCode(rerr)
+					} else {
+						sp.RecordBatches = b
+						total += int64(len(b))
+					}
+				}
+				res.Release()
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp, total, waitOn
+}
+
+// waitAny waits until one of chans closes (true), or d passes or the server
+// shuts down (false).
+func (s *Server) waitAny(chans []<-chan struct{}, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	if len(chans) == 1 {
+		select {
+		case <-chans[0]:
+			return true
+		case <-timer.C:
+		case <-s.ctx.Done():
+		}
+		return false
+	}
+	cases := make([]reflect.SelectCase, 0, len(chans)+2)
+	cases = append(cases,
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)},
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.ctx.Done())})
+	for _, ch := range chans {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+	}
+	i, _, _ := reflect.Select(cases)
+	return i >= 2
+}

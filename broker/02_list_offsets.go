@@ -1,0 +1,97 @@
+package broker
+
+import (
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/synapsebroker/synapse/log"
+)
+
+// ListOffsets: v0-9
+//
+// Behavior:
+//   - -2 (earliest): the log start offset. -1 (latest): the high watermark
+//     (= last stable offset: no transactions).
+//   - -3 (max timestamp, v7+): the first batch holding the greatest timestamp.
+//   - t >= 0: the first batch whose max timestamp is >= t, with that
+//     timestamp; offset -1 and timestamp -1 if none.
+//   - Offsets are batch granular for timestamps: the base offset of the batch
+//     (records are not decompressed to find the exact record).
+//
+// Version notes:
+//   - v0: the answer is in OldStyleOffsets.
+//   - v4+: the leader epoch is the broker's current epoch.
+func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest) (kmsg.Response, error) {
+	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+	for _, rt := range req.Topics {
+		st := kmsg.NewListOffsetsResponseTopic()
+		st.Topic = rt.Topic
+		t := s.reg.get(rt.Topic)
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewListOffsetsResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.Timestamp, sp.Offset, sp.LeaderEpoch = -1, -1, s.meta.m.LeaderEpoch
+			var p *partition
+			if t != nil {
+				p = s.reg.partition(t, rp.Partition)
+			}
+			if p == nil {
+				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				st.Partitions = append(st.Partitions, sp)
+				continue
+			}
+			off, ts, code := s.listOffset(p.log, rp.Timestamp)
+			sp.ErrorCode, sp.Offset, sp.Timestamp = code, off, ts
+			if req.Version == 0 && code == 0 && off >= 0 {
+				sp.OldStyleOffsets = []int64{off}
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp, nil
+}
+
+func (s *Server) listOffset(lp *log.Partition, ts int64) (offset, timestamp int64, code int16) {
+	if err := lp.Err(); err != nil {
+		return -1, -1, s.errorCode(err)
+	}
+	switch ts {
+	case -2:
+		return lp.LogStartOffset(), -1, 0
+	case -1:
+		return lp.HighWatermark(), -1, 0
+	case -3:
+		return s.maxTimestampOffset(lp)
+	}
+	if ts < 0 {
+		return -1, -1, kerr.UnsupportedVersion.Code
+	}
+	off, mts, ok, err := lp.OffsetForTimestamp(ts)
+	if err != nil {
+		return -1, -1, s.errorCode(err)
+	}
+	if !ok {
+		return -1, -1, 0
+	}
+	return off, mts, 0
+}
+
+// maxTimestampOffset finds the first batch carrying the greatest timestamp.
+func (s *Server) maxTimestampOffset(lp *log.Partition) (int64, int64, int16) {
+	best, bestTs := int64(-1), int64(-1)
+	hw := lp.HighWatermark()
+	err := lp.ScanHeaders(lp.LogStartOffset(), func(h *log.BatchHeader) bool {
+		if h.BaseOffset >= hw {
+			return false
+		}
+		if h.MaxTimestamp > bestTs {
+			best, bestTs = max(h.BaseOffset, lp.LogStartOffset()), h.MaxTimestamp
+		}
+		return true
+	})
+	if err != nil {
+		return -1, -1, s.errorCode(err)
+	}
+	return best, bestTs, 0
+}

@@ -1,0 +1,110 @@
+package broker
+
+import (
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Metadata: v0-13
+//
+// Behavior:
+//   - One broker (this one) is the leader, sole replica and ISR of every
+//     partition; it is also the controller.
+//   - v0: an empty topic list means all topics; v1+: null means all, empty
+//     means none.
+//   - Unknown topics are created when auto-creation is on and the request
+//     allows it (v0-3 always allow; v4+ AllowAutoTopicCreation), else they
+//     get UNKNOWN_TOPIC_OR_PARTITION. Invalid names get INVALID_TOPIC_EXCEPTION
+//     and are never created.
+//
+// Version notes:
+//   - v10+: topics may be asked for by id (UNKNOWN_TOPIC_ID if none).
+//   - v8+: authorized operations are not computed (-2147483648).
+func (s *Server) handleMetadata(req *kmsg.MetadataRequest) (kmsg.Response, error) {
+	resp := req.ResponseKind().(*kmsg.MetadataResponse)
+	b := kmsg.NewMetadataResponseBroker()
+	b.NodeID, b.Host, b.Port = s.meta.m.NodeID, s.host, s.port
+	resp.Brokers = append(resp.Brokers, b)
+	resp.ClusterID = kmsg.StringPtr(s.meta.m.ClusterID)
+	resp.ControllerID = s.meta.m.NodeID
+	resp.AuthorizedOperations = -2147483648
+
+	all := req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0)
+	if all {
+		for _, t := range s.reg.all() {
+			resp.Topics = append(resp.Topics, s.metadataTopic(t))
+		}
+		return resp, nil
+	}
+	autoCreate := s.cfg.AutoCreateTopics && (req.Version < 4 || req.AllowAutoTopicCreation)
+	for _, rt := range req.Topics {
+		var t *topic
+		if rt.Topic == nil {
+			if t = s.reg.getByID(rt.TopicID); t == nil {
+				mt := kmsg.NewMetadataResponseTopic()
+				mt.TopicID, mt.ErrorCode = rt.TopicID, kerr.UnknownTopicID.Code
+				mt.AuthorizedOperations = -2147483648
+				resp.Topics = append(resp.Topics, mt)
+				continue
+			}
+		} else {
+			var code int16
+			t, code = s.topicOrCreate(*rt.Topic, autoCreate)
+			if t == nil {
+				mt := kmsg.NewMetadataResponseTopic()
+				mt.Topic, mt.ErrorCode = rt.Topic, code
+				mt.AuthorizedOperations = -2147483648
+				resp.Topics = append(resp.Topics, mt)
+				continue
+			}
+		}
+		resp.Topics = append(resp.Topics, s.metadataTopic(t))
+	}
+	return resp, nil
+}
+
+func (s *Server) metadataTopic(t *topic) kmsg.MetadataResponseTopic {
+	mt := kmsg.NewMetadataResponseTopic()
+	mt.Topic = kmsg.StringPtr(t.name)
+	mt.TopicID = t.id
+	mt.AuthorizedOperations = -2147483648
+	node := s.meta.m.NodeID
+	for _, p := range s.reg.partitionsOf(t) {
+		mp := kmsg.NewMetadataResponseTopicPartition()
+		mp.Partition = p.index
+		mp.Leader = node
+		mp.LeaderEpoch = s.meta.m.LeaderEpoch
+		mp.Replicas = []int32{node}
+		mp.ISR = []int32{node}
+		if p.log.Err() != nil {
+			mp.ErrorCode = kerr.KafkaStorageError.Code
+			mp.OfflineReplicas = []int32{node}
+		}
+		mt.Partitions = append(mt.Partitions, mp)
+	}
+	return mt
+}
+
+// topicOrCreate finds a topic, creating it if allowed. A nil topic comes
+// with the error code to answer.
+func (s *Server) topicOrCreate(name string, create bool) (*topic, int16) {
+	if t := s.reg.get(name); t != nil {
+		return t, 0
+	}
+	if err := validTopicName(name); err != nil {
+		return nil, kerr.InvalidTopicException.Code
+	}
+	if !create {
+		return nil, kerr.UnknownTopicOrPartition.Code
+	}
+	t, err := s.reg.create(name, s.cfg.DefaultPartitions, nil, false)
+	if err == errTopicExists {
+		t = s.reg.get(name)
+	} else if err != nil {
+		return nil, s.errorCode(err)
+	}
+	if t == nil {
+		return nil, kerr.UnknownTopicOrPartition.Code
+	}
+	return t, 0
+}

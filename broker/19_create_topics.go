@@ -1,0 +1,114 @@
+package broker
+
+import (
+	"errors"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// CreateTopics: v0-7
+//
+// Behavior:
+//   - NumPartitions -1 takes the broker default; ReplicationFactor must be -1
+//     or 1 (one broker); a replica assignment may only name this broker.
+//   - Configs are validated by name and value (INVALID_CONFIG names the
+//     culprit); unknown names are refused, as Kafka does.
+//   - Names are checked as Kafka does (INVALID_TOPIC_EXCEPTION); an existing
+//     topic is TOPIC_ALREADY_EXISTS; ValidateOnly checks without creating.
+//
+// Version notes:
+//   - v5+: the response carries the topic id, partition count, replication
+//     factor and the topic's configs.
+func (s *Server) handleCreateTopics(req *kmsg.CreateTopicsRequest) (kmsg.Response, error) {
+	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
+	seen := map[string]int{}
+	for _, rt := range req.Topics {
+		seen[rt.Topic]++
+	}
+	for _, rt := range req.Topics {
+		st := kmsg.NewCreateTopicsResponseTopic()
+		st.Topic = rt.Topic
+		st.NumPartitions, st.ReplicationFactor = -1, -1
+		fail := func(code int16, msg string) {
+			st.ErrorCode = code
+			st.ErrorMessage = kmsg.StringPtr(msg)
+			resp.Topics = append(resp.Topics, st)
+		}
+		if seen[rt.Topic] > 1 {
+			fail(kerr.InvalidRequest.Code, "topic named more than once in the request")
+			continue
+		}
+		n := rt.NumPartitions
+		if n == -1 {
+			n = s.cfg.DefaultPartitions
+		}
+		if len(rt.ReplicaAssignment) > 0 {
+			if rt.NumPartitions != -1 || rt.ReplicationFactor != -1 {
+				fail(kerr.InvalidRequest.Code, "replica assignment given with a partition count or replication factor")
+				continue
+			}
+			n = int32(len(rt.ReplicaAssignment))
+			if !s.assignmentIsSelf(rt.ReplicaAssignment) {
+				fail(kerr.InvalidReplicaAssignment.Code, "this cluster has one broker; assignments may only name it, once per partition")
+				continue
+			}
+		} else if rt.ReplicationFactor != -1 && rt.ReplicationFactor != 1 {
+			fail(kerr.InvalidReplicationFactor.Code, "this cluster has one broker: replication factor must be 1 (or -1)")
+			continue
+		}
+		if n <= 0 {
+			fail(kerr.InvalidPartitions.Code, "partition count must be positive")
+			continue
+		}
+		configs := map[string]string{}
+		for _, c := range rt.Configs {
+			if c.Value != nil {
+				configs[c.Name] = *c.Value
+			}
+		}
+		t, err := s.reg.create(rt.Topic, n, configs, req.ValidateOnly)
+		if err != nil {
+			switch {
+			case errors.Is(err, errTopicExists):
+				fail(kerr.TopicAlreadyExists.Code, "topic '"+rt.Topic+"' already exists")
+			case validTopicName(rt.Topic) != nil:
+				fail(kerr.InvalidTopicException.Code, err.Error())
+			case validateConfigs(configs) != nil:
+				fail(kerr.InvalidConfig.Code, err.Error())
+			default:
+				fail(s.errorCode(err), err.Error())
+			}
+			continue
+		}
+		st.TopicID = t.id
+		st.NumPartitions, st.ReplicationFactor = n, 1
+		st.Configs = createTopicsConfigs(t.configs)
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp, nil
+}
+
+func (s *Server) assignmentIsSelf(as []kmsg.CreateTopicsRequestTopicReplicaAssignment) bool {
+	for _, a := range as {
+		if len(a.Replicas) != 1 || a.Replicas[0] != s.meta.m.NodeID {
+			return false
+		}
+	}
+	return true
+}
+
+func createTopicsConfigs(set map[string]string) []kmsg.CreateTopicsResponseTopicConfig {
+	var out []kmsg.CreateTopicsResponseTopicConfig
+	for _, name := range sortedConfigNames() {
+		v, isSet := configValue(set, name)
+		c := kmsg.NewCreateTopicsResponseTopicConfig()
+		c.Name, c.Value = name, kmsg.StringPtr(v)
+		c.Source = int8(kmsg.ConfigSourceDefaultConfig)
+		if isSet {
+			c.Source = int8(kmsg.ConfigSourceDynamicTopicConfig)
+		}
+		out = append(out, c)
+	}
+	return out
+}

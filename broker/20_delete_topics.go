@@ -1,0 +1,50 @@
+package broker
+
+import (
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// DeleteTopics: v0-6
+//
+// Behavior:
+//   - The topic leaves the registry durably first, then its partitions are
+//     closed and their directories removed; it vanishes from Metadata and
+//     Fetch at once. Unknown topics get UNKNOWN_TOPIC_OR_PARTITION.
+//
+// Version notes:
+//   - v6: topics by name or id (UNKNOWN_TOPIC_ID).
+func (s *Server) handleDeleteTopics(req *kmsg.DeleteTopicsRequest) (kmsg.Response, error) {
+	resp := req.ResponseKind().(*kmsg.DeleteTopicsResponse)
+	del := func(name *string, id [16]byte) {
+		st := kmsg.NewDeleteTopicsResponseTopic()
+		st.Topic, st.TopicID = name, id
+		var t *topic
+		if name != nil {
+			t = s.reg.get(*name)
+			if t == nil {
+				st.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			}
+		} else if t = s.reg.getByID(id); t == nil {
+			st.ErrorCode = kerr.UnknownTopicID.Code
+		}
+		if t != nil {
+			st.Topic, st.TopicID = kmsg.StringPtr(t.name), t.id
+			if err := s.reg.remove(t); err != nil {
+				st.ErrorCode = s.errorCode(err)
+				st.ErrorMessage = kmsg.StringPtr(err.Error())
+			}
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	if req.Version < 6 {
+		for _, n := range req.TopicNames {
+			del(kmsg.StringPtr(n), [16]byte{})
+		}
+	} else {
+		for _, rt := range req.Topics {
+			del(rt.Topic, rt.TopicID)
+		}
+	}
+	return resp, nil
+}

@@ -1,0 +1,44 @@
+package broker
+
+import (
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// CreatePartitions: v0-3
+//
+// Behavior:
+//   - Grows a topic to Count partitions (INVALID_PARTITIONS if not larger);
+//     an assignment may only name this broker (INVALID_REPLICA_ASSIGNMENT).
+//     ValidateOnly checks without creating.
+func (s *Server) handleCreatePartitions(req *kmsg.CreatePartitionsRequest) (kmsg.Response, error) {
+	resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)
+	for _, rt := range req.Topics {
+		st := kmsg.NewCreatePartitionsResponseTopic()
+		st.Topic = rt.Topic
+		t := s.reg.get(rt.Topic)
+		switch {
+		case t == nil:
+			st.ErrorCode = kerr.UnknownTopicOrPartition.Code
+		case !s.createAssignmentIsSelf(rt.Assignment):
+			st.ErrorCode = kerr.InvalidReplicaAssignment.Code
+			st.ErrorMessage = kmsg.StringPtr("this cluster has one broker; assignments may only name it")
+		default:
+			if err := s.reg.addPartitions(t, rt.Count, req.ValidateOnly); err != nil {
+				st.ErrorCode = kerr.InvalidPartitions.Code
+				st.ErrorMessage = kmsg.StringPtr(err.Error())
+			}
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp, nil
+}
+
+func (s *Server) createAssignmentIsSelf(as []kmsg.CreatePartitionsRequestTopicAssignment) bool {
+	for _, a := range as {
+		if len(a.Replicas) != 1 || a.Replicas[0] != s.meta.m.NodeID {
+			return false
+		}
+	}
+	return true
+}

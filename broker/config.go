@@ -1,0 +1,89 @@
+// Package broker holds Kafka semantics and wiring: listener and connection
+// lifecycle, one handler file per API key (NN_name.go), the topic registry,
+// producer (idempotence) state, and errcode.go, the only place Go errors
+// become Kafka error codes. It is the only importer of protocol and log.
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/synapsebroker/synapse/log"
+	"github.com/synapsebroker/synapse/protocol"
+)
+
+// Config configures a Server. Zero fields take the defaults shown.
+type Config struct {
+	// DataDir holds the topic registry, broker metadata and partition logs.
+	DataDir string
+	// AdvertisedAddr is the host:port clients are told to connect to
+	// (default: the listener's address).
+	AdvertisedAddr string
+	// AutoCreateTopics creates unknown topics on Metadata (v4+: when the
+	// request allows it; v0-3: always) and Produce. Default true via the CLI.
+	AutoCreateTopics bool
+	// DefaultPartitions is the partition count of auto-created topics and of
+	// CreateTopics with -1 (default 1).
+	DefaultPartitions int32
+	// MaxFrameSize caps a request (socket.request.max.bytes, default 100 MiB).
+	MaxFrameSize int
+	// MaxConnections caps concurrent client connections (default 10000).
+	MaxConnections int
+	// IdleTimeout closes connections idle this long (connections.max.idle.ms,
+	// default 10 min).
+	IdleTimeout time.Duration
+	// FsyncInterval selects the durability policy: 0 (default) acknowledges
+	// acks=all only after fsync; > 0 fsyncs on that interval.
+	FsyncInterval time.Duration
+	// MaxOpenFiles bounds open segment files (default 1024).
+	MaxOpenFiles int
+	// Logger receives the broker's logs; nil means none.
+	Logger *zap.Logger
+	// FS replaces the file system of the log store (tests).
+	FS log.FS
+	// Now is the clock (tests); nil means time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() error {
+	if c.DataDir == "" {
+		return errors.New("broker: DataDir is required")
+	}
+	if c.DefaultPartitions <= 0 {
+		c.DefaultPartitions = 1
+	}
+	if c.MaxFrameSize <= 0 {
+		c.MaxFrameSize = protocol.DefaultMaxFrameSize
+	}
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = 10000
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 10 * time.Minute
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// hostPort splits an advertised address into what Metadata needs.
+func hostPort(addr string) (string, int32, error) {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port <= 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port in %q", addr)
+	}
+	return h, int32(port), nil
+}

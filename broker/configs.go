@@ -1,0 +1,172 @@
+package broker
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+
+	"github.com/synapsebroker/synapse/log"
+)
+
+// Config types as DescribeConfigs v3+ reports them.
+const (
+	cfgBoolean = 1
+	cfgString  = 2
+	cfgInt     = 3
+	cfgLong    = 5
+	cfgDouble  = 6
+	cfgList    = 7
+)
+
+// configDef is one topic config under its Kafka name.
+type configDef struct {
+	name  string
+	def   string
+	typ   int8
+	check func(string) error
+	doc   string
+}
+
+func longAtLeast(min int64) func(string) error {
+	return func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("not a long: %q", v)
+		}
+		if n < min {
+			return fmt.Errorf("%d is below the minimum %d", n, min)
+		}
+		return nil
+	}
+}
+
+func intRange(min, max int64) func(string) error {
+	return func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil {
+			return fmt.Errorf("not an int: %q", v)
+		}
+		if n < min || n > max {
+			return fmt.Errorf("%d is outside [%d, %d]", n, min, max)
+		}
+		return nil
+	}
+}
+
+func oneOf(vals ...string) func(string) error {
+	return func(v string) error {
+		for _, ok := range vals {
+			if v == ok {
+				return nil
+			}
+		}
+		return fmt.Errorf("%q is not one of %v", v, vals)
+	}
+}
+
+func isBool(v string) error {
+	if v != "true" && v != "false" {
+		return fmt.Errorf("not a boolean: %q", v)
+	}
+	return nil
+}
+
+func isDouble(v string) error {
+	if _, err := strconv.ParseFloat(v, 64); err != nil {
+		return fmt.Errorf("not a double: %q", v)
+	}
+	return nil
+}
+
+// topicConfigs are the topic configs Synapse knows, with Kafka's names and
+// (where Synapse differs on purpose, noted) defaults. Those marked "stored"
+// are accepted and reported for compatibility but do not change behaviour.
+var topicConfigs = []configDef{
+	{"cleanup.policy", "delete", cfgList, oneOf("delete", "compact", "compact,delete", "delete,compact"), "stored: only delete is applied; compaction is not implemented"},
+	{"compression.type", "producer", cfgString, oneOf("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "stored: batches are kept as the producer compressed them"},
+	{"delete.retention.ms", "86400000", cfgLong, longAtLeast(0), "stored"},
+	{"file.delete.delay.ms", "60000", cfgLong, longAtLeast(0), "stored"},
+	{"flush.messages", "9223372036854775807", cfgLong, longAtLeast(1), "stored: durability is the broker's fsync policy"},
+	{"flush.ms", "9223372036854775807", cfgLong, longAtLeast(0), "stored: durability is the broker's fsync policy"},
+	{"index.interval.bytes", "4096", cfgInt, intRange(0, 1<<31-1), "bytes between sparse offset-index entries"},
+	{"local.retention.bytes", "-2", cfgLong, longAtLeast(-2), "stored until tiering lands"},
+	{"local.retention.ms", "-2", cfgLong, longAtLeast(-2), "stored until tiering lands"},
+	{"max.compaction.lag.ms", "9223372036854775807", cfgLong, longAtLeast(1), "stored"},
+	{"max.message.bytes", "1048588", cfgInt, intRange(0, 1<<31-1), "largest record batch accepted"},
+	{"message.downconversion.enable", "true", cfgBoolean, isBool, "stored"},
+	{"message.timestamp.after.max.ms", "9223372036854775807", cfgLong, longAtLeast(0), "stored"},
+	{"message.timestamp.before.max.ms", "9223372036854775807", cfgLong, longAtLeast(0), "stored"},
+	{"message.timestamp.difference.max.ms", "9223372036854775807", cfgLong, longAtLeast(0), "stored"},
+	{"message.timestamp.type", "CreateTime", cfgString, oneOf("CreateTime", "LogAppendTime"), "LogAppendTime: the broker stamps batches on append"},
+	{"min.cleanable.dirty.ratio", "0.5", cfgDouble, isDouble, "stored"},
+	{"min.compaction.lag.ms", "0", cfgLong, longAtLeast(0), "stored"},
+	{"min.insync.replicas", "1", cfgInt, intRange(1, 1), "one replica: always 1"},
+	{"preallocate", "false", cfgBoolean, isBool, "stored"},
+	{"remote.storage.enable", "false", cfgBoolean, isBool, "stored until tiering lands"},
+	{"retention.bytes", "-1", cfgLong, longAtLeast(-1), "whole-log size bound, oldest segments deleted first"},
+	{"retention.ms", "604800000", cfgLong, longAtLeast(-1), "age bound by each segment's max timestamp; -1 keeps forever"},
+	{"segment.bytes", strconv.Itoa(log.DefaultSegmentBytes), cfgInt, intRange(14, 1<<30), "segment size (Synapse default 128 MiB; Kafka's is 1 GiB)"},
+	{"segment.index.bytes", "10485760", cfgInt, intRange(4, 1<<31-1), "stored: indexes are sized by the data"},
+	{"segment.jitter.ms", "0", cfgLong, longAtLeast(0), "stored"},
+	{"segment.ms", strconv.FormatInt(log.DefaultSegmentMs, 10), cfgLong, longAtLeast(1), "segment age before it rolls (Synapse default 1 h so idle partitions seal; Kafka's is 7 days)"},
+	{"unclean.leader.election.enable", "false", cfgBoolean, isBool, "stored"},
+}
+
+var configByName = func() map[string]*configDef {
+	m := make(map[string]*configDef, len(topicConfigs))
+	for i := range topicConfigs {
+		m[topicConfigs[i].name] = &topicConfigs[i]
+	}
+	return m
+}()
+
+// validateConfigs checks names and values; the error names the culprit.
+func validateConfigs(cfg map[string]string) error {
+	for k, v := range cfg {
+		d, ok := configByName[k]
+		if !ok {
+			return fmt.Errorf("unknown topic config %q", k)
+		}
+		if err := d.check(v); err != nil {
+			return fmt.Errorf("invalid value for %s: %v", k, err)
+		}
+	}
+	return nil
+}
+
+// configValue returns the effective value and whether it was set on the topic.
+func configValue(set map[string]string, name string) (string, bool) {
+	if v, ok := set[name]; ok {
+		return v, true
+	}
+	return configByName[name].def, false
+}
+
+func configInt(set map[string]string, name string) int64 {
+	v, _ := configValue(set, name)
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return n
+}
+
+// logConfig maps a topic's configs onto the log engine's.
+func logConfig(set map[string]string) log.Config {
+	rb := configInt(set, "retention.bytes")
+	rm := configInt(set, "retention.ms")
+	return log.Config{
+		SegmentBytes:       configInt(set, "segment.bytes"),
+		SegmentMs:          configInt(set, "segment.ms"),
+		IndexIntervalBytes: max(configInt(set, "index.interval.bytes"), 1),
+		MaxMessageBytes:    int(max(configInt(set, "max.message.bytes"), 1)),
+		RetentionBytes:     rb,
+		RetentionMs:        rm,
+	}
+}
+
+func sortedConfigNames() []string {
+	names := make([]string, 0, len(topicConfigs))
+	for _, d := range topicConfigs {
+		names = append(names, d.name)
+	}
+	sort.Strings(names)
+	return names
+}

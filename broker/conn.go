@@ -1,0 +1,141 @@
+package broker
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	"github.com/synapsebroker/synapse/protocol"
+)
+
+// conn is one client connection. One goroutine reads a request, handles it
+// and writes the response before reading the next, so responses go out in
+// request order (Kafka clients pipeline, and Kafka itself mutes a connection
+// while a request is in flight).
+type conn struct {
+	s  *Server
+	nc net.Conn
+	br *bufio.Reader
+
+	frame []byte // request buffer, reused while small
+	out   []byte // response buffer, reused while small
+
+	mu     sync.Mutex
+	busy   bool // a request is being handled
+	closed bool
+}
+
+// Buffers above this are dropped after use so an idle connection does not
+// pin a 100 MiB produce request.
+const keepBufferBelow = 1 << 20
+
+func newConn(s *Server, nc net.Conn) *conn {
+	return &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 64<<10)}
+}
+
+// closeIfIdle closes the connection now if it is between requests; a busy
+// one closes itself after answering (it sees the server shutting down).
+func (c *conn) closeIfIdle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.busy && !c.closed {
+		c.closed = true
+		c.nc.Close()
+	}
+}
+
+func (c *conn) setBusy(b bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.busy = b
+	return true
+}
+
+func (c *conn) serve() {
+	defer c.s.forget(c)
+	defer func() {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
+		c.nc.Close()
+	}()
+	log := c.s.logger
+	for !c.s.shutting.Load() {
+		c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
+		frame, err := protocol.ReadFrame(c.br, c.frame[:0], c.s.cfg.MaxFrameSize)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				log.Debug("closing connection", zap.Stringer("remote", c.nc.RemoteAddr()), zap.Error(err))
+			}
+			return
+		}
+		if !c.setBusy(true) {
+			return
+		}
+		resp, corr, err := c.handleFrame(frame)
+		if err != nil {
+			log.Debug("closing connection", zap.Stringer("remote", c.nc.RemoteAddr()), zap.Error(err))
+			return
+		}
+		if resp != nil {
+			c.out = protocol.AppendResponse(c.out[:0], corr, resp)
+			c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
+			if _, err := c.nc.Write(c.out); err != nil {
+				log.Debug("write response", zap.Stringer("remote", c.nc.RemoteAddr()), zap.Error(err))
+				return
+			}
+		}
+		if cap(c.out) > keepBufferBelow {
+			c.out = nil
+		}
+		if cap(frame) > keepBufferBelow {
+			c.frame = nil
+		} else {
+			c.frame = frame
+		}
+		if !c.setBusy(false) {
+			return
+		}
+	}
+}
+
+// handleFrame parses and handles one request. A nil response with a nil
+// error means no response (acks=0 produce). An error closes the connection.
+func (c *conn) handleFrame(frame []byte) (resp kmsg.Response, corr int32, err error) {
+	req, err := protocol.Parse(frame)
+	if err != nil {
+		if req != nil && req.Key == 18 && errors.Is(err, protocol.ErrUnsupportedVersion) {
+			// Kafka answers an ApiVersions it cannot parse with a v0 body
+			// carrying UNSUPPORTED_VERSION and the key list, so the client
+			// can retry at a version both speak.
+			r := c.s.apiVersionsResponse(0)
+			r.ErrorCode = kerr.UnsupportedVersion.Code
+			return r, req.CorrelationID, nil
+		}
+		return nil, 0, err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			c.s.logger.Error("handler panic", zap.String("api", kmsg.NameForKey(req.Key)), zap.Int16("version", req.Version),
+				zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
+			resp = errorResponse(req.Body, kerr.UnknownServerError.Code)
+			if resp == nil {
+				err = fmt.Errorf("handler panic: %v", r)
+			}
+		}
+	}()
+	resp, err = c.s.dispatch(req)
+	return resp, req.CorrelationID, err
+}

@@ -1,0 +1,139 @@
+package broker
+
+import (
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/synapsebroker/synapse/protocol"
+)
+
+// dispatch routes a parsed request to its handler. protocol.Parse has
+// already refused keys and versions outside the version table, so every key
+// here is one the table advertises.
+//
+// A returned error closes the connection (Kafka's answer to requests it
+// cannot process); Kafka error codes go in the response body.
+func (s *Server) dispatch(req *protocol.Request) (kmsg.Response, error) {
+	switch b := req.Body.(type) {
+	case *kmsg.ProduceRequest:
+		return s.handleProduce(b)
+	case *kmsg.FetchRequest:
+		return s.handleFetch(b)
+	case *kmsg.ListOffsetsRequest:
+		return s.handleListOffsets(b)
+	case *kmsg.MetadataRequest:
+		return s.handleMetadata(b)
+	case *kmsg.ApiVersionsRequest:
+		return s.handleApiVersions(b)
+	case *kmsg.CreateTopicsRequest:
+		return s.handleCreateTopics(b)
+	case *kmsg.DeleteTopicsRequest:
+		return s.handleDeleteTopics(b)
+	case *kmsg.InitProducerIDRequest:
+		return s.handleInitProducerID(b)
+	case *kmsg.DeleteRecordsRequest:
+		return s.handleDeleteRecords(b)
+	case *kmsg.DescribeConfigsRequest:
+		return s.handleDescribeConfigs(b)
+	case *kmsg.AlterConfigsRequest:
+		return s.handleAlterConfigs(b)
+	case *kmsg.IncrementalAlterConfigsRequest:
+		return s.handleIncrementalAlterConfigs(b)
+	case *kmsg.CreatePartitionsRequest:
+		return s.handleCreatePartitions(b)
+	case *kmsg.DescribeClusterRequest:
+		return s.handleDescribeCluster(b)
+	}
+	return nil, fmt.Errorf("no handler for %s", kmsg.NameForKey(req.Key))
+}
+
+// handled lists the keys dispatch serves, for the test that the version
+// table and the handlers agree.
+var handled = []int16{0, 1, 2, 3, 18, 19, 20, 21, 22, 32, 33, 37, 44, 60}
+
+// errorResponse builds the response to req with code in every error field
+// a client checks, for a request whose handler failed (panicked). nil means
+// the key has no such builder and the connection is closed instead.
+func errorResponse(req kmsg.Request, code int16) kmsg.Response {
+	switch r := req.(type) {
+	case *kmsg.ProduceRequest:
+		resp := r.ResponseKind().(*kmsg.ProduceResponse)
+		for _, t := range r.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic, rt.TopicID = t.Topic, t.TopicID
+			for _, p := range t.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition, rp.ErrorCode = p.Partition, code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp
+	case *kmsg.FetchRequest:
+		resp := r.ResponseKind().(*kmsg.FetchResponse)
+		resp.ErrorCode = code
+		for _, t := range r.Topics {
+			rt := kmsg.NewFetchResponseTopic()
+			rt.Topic, rt.TopicID = t.Topic, t.TopicID
+			for _, p := range t.Partitions {
+				rp := kmsg.NewFetchResponseTopicPartition()
+				rp.Partition, rp.ErrorCode = p.Partition, code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp
+	case *kmsg.ListOffsetsRequest:
+		resp := r.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, t := range r.Topics {
+			rt := kmsg.NewListOffsetsResponseTopic()
+			rt.Topic = t.Topic
+			for _, p := range t.Partitions {
+				rp := kmsg.NewListOffsetsResponseTopicPartition()
+				rp.Partition, rp.ErrorCode = p.Partition, code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp
+	case *kmsg.MetadataRequest:
+		resp := r.ResponseKind().(*kmsg.MetadataResponse)
+		for _, t := range r.Topics {
+			rt := kmsg.NewMetadataResponseTopic()
+			rt.Topic, rt.TopicID, rt.ErrorCode = t.Topic, t.TopicID, code
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp
+	case *kmsg.ApiVersionsRequest:
+		resp := r.ResponseKind().(*kmsg.ApiVersionsResponse)
+		resp.ErrorCode = code
+		return resp
+	case *kmsg.CreateTopicsRequest:
+		resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
+		for _, t := range r.Topics {
+			rt := kmsg.NewCreateTopicsResponseTopic()
+			rt.Topic, rt.ErrorCode = t.Topic, code
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp
+	case *kmsg.DeleteTopicsRequest:
+		resp := r.ResponseKind().(*kmsg.DeleteTopicsResponse)
+		for _, t := range r.TopicNames {
+			rt := kmsg.NewDeleteTopicsResponseTopic()
+			rt.Topic, rt.ErrorCode = kmsg.StringPtr(t), code
+			resp.Topics = append(resp.Topics, rt)
+		}
+		for _, t := range r.Topics {
+			rt := kmsg.NewDeleteTopicsResponseTopic()
+			rt.Topic, rt.TopicID, rt.ErrorCode = t.Topic, t.TopicID, code
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp
+	case *kmsg.InitProducerIDRequest:
+		resp := r.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode, resp.ProducerID, resp.ProducerEpoch = code, -1, -1
+		return resp
+	}
+	return nil
+}

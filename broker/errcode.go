@@ -1,0 +1,37 @@
+package broker
+
+import (
+	"errors"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"go.uber.org/zap"
+
+	"github.com/synapsebroker/synapse/log"
+)
+
+// errorCode is the one place a Go error becomes a Kafka error code. Handlers
+// may also set kerr codes directly for request validation.
+func (s *Server) errorCode(err error) int16 {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, log.ErrOffsetOutOfRange):
+		return kerr.OffsetOutOfRange.Code
+	case errors.Is(err, log.ErrBatchTooLarge):
+		return kerr.MessageTooLarge.Code
+	case errors.Is(err, log.ErrBatchCorrupt):
+		return kerr.CorruptMessage.Code
+	case errors.Is(err, log.ErrInvalidBatch):
+		return kerr.InvalidRecord.Code
+	case errors.Is(err, log.ErrStorage), errors.Is(err, log.ErrCorrupt):
+		return kerr.KafkaStorageError.Code
+	case errors.Is(err, log.ErrClosed):
+		return kerr.NotLeaderForPartition.Code // deleted or shutting down: clients refresh metadata
+	case errors.Is(err, errOutOfOrderSequence):
+		return kerr.OutOfOrderSequenceNumber.Code
+	case errors.Is(err, errInvalidEpoch):
+		return kerr.InvalidProducerEpoch.Code
+	}
+	s.logger.Warn("unexpected error answered as UNKNOWN_SERVER_ERROR", zap.Error(err))
+	return kerr.UnknownServerError.Code
+}

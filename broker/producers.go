@@ -1,0 +1,131 @@
+package broker
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/synapsebroker/synapse/log"
+)
+
+// Idempotent producers: per (producer id, partition) the epoch and the last
+// five batches' sequence ranges with their offsets, as Kafka keeps them.
+//
+// State survives restarts: Close writes a snapshot (producers.json in the
+// partition directory, with the log end it covers); open loads it and replays
+// the batch headers appended after it, so a restarted broker neither
+// duplicates nor rejects a retrying producer. Without a snapshot the whole
+// log is replayed (headers only).
+
+const producerWindow = 5
+
+type seqBatch struct {
+	FirstSeq   int32 `json:"first_seq"`
+	LastSeq    int32 `json:"last_seq"`
+	BaseOffset int64 `json:"base_offset"`
+}
+
+type producerState struct {
+	Epoch   int16      `json:"epoch"`
+	Batches []seqBatch `json:"batches"` // oldest first, at most producerWindow
+}
+
+var (
+	errOutOfOrderSequence = errors.New("out of order sequence number")
+	errInvalidEpoch       = errors.New("invalid producer epoch")
+)
+
+// lastSeq returns the sequence of the last record of a batch, wrapping at
+// int32 max as Kafka does.
+func lastSeq(first int32, records int32) int32 {
+	return int32((int64(first) + int64(records) - 1) % (math.MaxInt32 + 1))
+}
+
+func nextSeq(last int32) int32 {
+	if last == math.MaxInt32 {
+		return 0
+	}
+	return last + 1
+}
+
+// check decides what to do with an idempotent batch: dup >= 0 is the base
+// offset of an identical batch already written (answer it, write nothing).
+// p.mu held.
+func (p *partition) checkSequence(h *log.BatchHeader) (dup int64, err error) {
+	st := p.producers[h.ProducerID]
+	first, last := h.BaseSequence, lastSeq(h.BaseSequence, h.NumRecords)
+	if st == nil {
+		return -1, nil // unknown producer (new, or its state expired): accept
+	}
+	switch {
+	case h.ProducerEpoch < st.Epoch:
+		return -1, errInvalidEpoch
+	case h.ProducerEpoch > st.Epoch:
+		if first != 0 {
+			return -1, errOutOfOrderSequence
+		}
+		return -1, nil
+	}
+	for _, b := range st.Batches {
+		if b.FirstSeq == first && b.LastSeq == last {
+			return b.BaseOffset, nil
+		}
+	}
+	if n := len(st.Batches); n > 0 && first != nextSeq(st.Batches[n-1].LastSeq) {
+		return -1, errOutOfOrderSequence
+	}
+	return -1, nil
+}
+
+// record notes an appended idempotent batch. p.mu held (or p not yet shared).
+func (p *partition) recordSequence(h *log.BatchHeader) {
+	st := p.producers[h.ProducerID]
+	if st == nil || h.ProducerEpoch > st.Epoch {
+		st = &producerState{Epoch: h.ProducerEpoch}
+		p.producers[h.ProducerID] = st
+	}
+	st.Batches = append(st.Batches, seqBatch{FirstSeq: h.BaseSequence, LastSeq: lastSeq(h.BaseSequence, h.NumRecords), BaseOffset: h.BaseOffset})
+	if len(st.Batches) > producerWindow {
+		st.Batches = append(st.Batches[:0], st.Batches[len(st.Batches)-producerWindow:]...)
+	}
+}
+
+const producersFile = "producers.json"
+
+type producerSnapshot struct {
+	Version   int                      `json:"version"`
+	LogEnd    int64                    `json:"log_end"`
+	Producers map[int64]*producerState `json:"producers"`
+}
+
+// loadProducers rebuilds producer state: snapshot, then the log after it.
+func (p *partition) loadProducers() error {
+	from := p.log.LogStartOffset()
+	b, err := os.ReadFile(filepath.Join(p.log.Dir(), producersFile))
+	if err == nil {
+		var snap producerSnapshot
+		if json.Unmarshal(b, &snap) == nil && snap.Version == 1 && snap.LogEnd <= p.log.LogEndOffset() && snap.Producers != nil {
+			p.producers = snap.Producers
+			from = max(snap.LogEnd, from)
+		}
+	}
+	return p.log.ScanHeaders(from, func(h *log.BatchHeader) bool {
+		if h.ProducerID >= 0 && !h.Control() && h.BaseOffset >= from {
+			p.recordSequence(h)
+		}
+		return true
+	})
+}
+
+// saveProducers writes the snapshot; called on clean close.
+func (p *partition) saveProducers() {
+	p.mu.Lock()
+	snap := producerSnapshot{Version: 1, LogEnd: p.log.LogEndOffset(), Producers: p.producers}
+	b, err := json.Marshal(snap)
+	p.mu.Unlock()
+	if err == nil {
+		log.WriteFileAtomic(log.OSFS, filepath.Join(p.log.Dir(), producersFile), b)
+	}
+}

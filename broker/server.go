@@ -1,0 +1,218 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/synapsebroker/synapse/log"
+)
+
+// ErrServerClosed is returned by Serve after Shutdown.
+var ErrServerClosed = errors.New("broker: server closed")
+
+// Server is a single-node Kafka broker.
+type Server struct {
+	cfg    Config
+	logger *zap.Logger
+	store  *log.Store
+	reg    *registry
+	meta   *metaStore
+
+	host string
+	port int32
+
+	ctx    context.Context // cancelled on shutdown: ends long polls
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	connWG    sync.WaitGroup
+	shutting  atomic.Bool
+	serving   atomic.Bool
+	maintDone chan struct{}
+	closeOnce sync.Once
+}
+
+// New opens the data directory (topic registry, broker identity, every
+// partition with recovery) and returns a server ready to Serve.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:       cfg,
+		logger:    cfg.Logger,
+		listeners: map[net.Listener]struct{}{},
+		conns:     map[*conn]struct{}{},
+		maintDone: make(chan struct{}),
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	meta, err := openMeta(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	s.meta = meta
+	s.store = log.OpenStore(log.Options{
+		FS:           cfg.FS,
+		Logger:       cfg.Logger.Named("log"),
+		SyncInterval: cfg.FsyncInterval,
+		MaxOpenFiles: cfg.MaxOpenFiles,
+		Now:          cfg.Now,
+	})
+	reg, err := openRegistry(cfg.DataDir, s.store, cfg.Logger.Named("topics"))
+	if err != nil {
+		s.store.Close()
+		return nil, err
+	}
+	s.reg = reg
+	if cfg.AdvertisedAddr != "" {
+		if s.host, s.port, err = hostPort(cfg.AdvertisedAddr); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	go s.maintain()
+	return s, nil
+}
+
+// ClusterID returns the persistent cluster id.
+func (s *Server) ClusterID() string { return s.meta.m.ClusterID }
+
+// Ready reports whether the server is serving and not shutting down.
+func (s *Server) Ready() bool { return s.serving.Load() && !s.shutting.Load() }
+
+// Serve accepts connections on ln until Shutdown. If no advertised address
+// was configured, the listener's address is advertised.
+func (s *Server) Serve(ln net.Listener) error {
+	if s.shutting.Load() {
+		return ErrServerClosed
+	}
+	s.mu.Lock()
+	if s.port == 0 {
+		h, p, err := hostPort(ln.Addr().String())
+		if err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		s.host, s.port = h, p
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	s.serving.Store(true)
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.shutting.Load() {
+				return ErrServerClosed
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			// Anything else (EMFILE, ECONNABORTED, ...) is worth a retry.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.logger.Warn("accept error; retrying", zap.Error(err), zap.Duration("backoff", backoff))
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		s.mu.Lock()
+		if len(s.conns) >= s.cfg.MaxConnections {
+			s.mu.Unlock()
+			s.logger.Warn("connection limit reached; closing new connection", zap.Int("max_connections", s.cfg.MaxConnections), zap.Stringer("remote", nc.RemoteAddr()))
+			nc.Close()
+			continue
+		}
+		c := newConn(s, nc)
+		s.conns[c] = struct{}{}
+		s.connWG.Add(1)
+		s.mu.Unlock()
+		go c.serve()
+	}
+}
+
+func (s *Server) forget(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.connWG.Done()
+}
+
+// Shutdown stops accepting, ends long polls, lets in-flight requests finish
+// (each connection closes after its current request), then flushes and
+// closes every partition. If ctx ends first, connections are closed hard;
+// partitions are closed either way.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutting.Store(true)
+	s.cancel()
+	s.mu.Lock()
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	for c := range s.conns {
+		c.closeIfIdle()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.connWG.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		s.mu.Lock()
+		for c := range s.conns {
+			c.nc.Close()
+		}
+		s.mu.Unlock()
+		<-done
+	}
+	s.Close()
+	return err
+}
+
+// Close closes partitions and the store without waiting for connections
+// (use Shutdown for a graceful stop).
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		s.shutting.Store(true)
+		s.cancel()
+		<-s.maintDone
+		if s.reg != nil {
+			s.reg.close()
+		}
+		s.store.Close()
+	})
+}
+
+// maintenanceInterval is how often retention and segment.ms rolls run over
+// every partition (Kafka's log.retention.check.interval.ms is 5 minutes).
+const maintenanceInterval = 10 * time.Second
+
+func (s *Server) maintain() {
+	defer close(s.maintDone)
+	t := time.NewTicker(maintenanceInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := s.cfg.Now()
+		for _, tp := range s.reg.all() {
+			for _, p := range s.reg.partitionsOf(tp) {
+				if _, err := p.log.Maintain(now); err != nil && !errors.Is(err, log.ErrClosed) {
+					s.logger.Warn("maintenance", zap.String("topic", tp.name), zap.Int32("partition", p.index), zap.Error(err))
+				}
+			}
+		}
+	}
+}

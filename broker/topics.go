@@ -1,0 +1,360 @@
+package broker
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/synapsebroker/synapse/log"
+)
+
+// topic is one topic: its id, configs and open partitions. partitions only
+// grows (CreatePartitions); the slice is replaced, never mutated.
+type topic struct {
+	name       string
+	id         [16]byte
+	configs    map[string]string // only those set on the topic
+	partitions []*partition
+}
+
+// partition is one partition of a topic: its log and producer state.
+type partition struct {
+	topic *topic
+	index int32
+	log   *log.Partition
+	// mu serializes the idempotence check with the append it guards.
+	mu        sync.Mutex
+	producers map[int64]*producerState
+}
+
+// registry is the persisted set of topics. Lock order: registry.mu before
+// any partition's mu; never held across a partition append or a fetch wait.
+type registry struct {
+	dir    string
+	store  *log.Store
+	logger *zap.Logger
+
+	mu     sync.RWMutex
+	topics map[string]*topic
+	byID   map[[16]byte]*topic
+}
+
+const topicsFile = "topics.json"
+
+type topicRecord struct {
+	Name       string            `json:"name"`
+	ID         string            `json:"id"`
+	Partitions int32             `json:"partitions"`
+	Configs    map[string]string `json:"configs,omitempty"`
+}
+
+type topicsFileV1 struct {
+	Version int           `json:"version"`
+	Topics  []topicRecord `json:"topics"`
+}
+
+var errTopicExists = errors.New("topic already exists")
+
+// validTopicName applies Kafka's rules: 1-249 characters of [a-zA-Z0-9._-],
+// not "." or "..".
+func validTopicName(name string) error {
+	if name == "" {
+		return errors.New("topic name is empty")
+	}
+	if len(name) > 249 {
+		return fmt.Errorf("topic name is %d characters, the maximum is 249", len(name))
+	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("topic name %q is not allowed", name)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("topic name %q has the illegal character %q (allowed: ASCII letters, digits, '.', '_', '-')", name, c)
+		}
+	}
+	return nil
+}
+
+func partitionDir(dataDir, topic string, p int32) string {
+	return filepath.Join(dataDir, topic+"-"+strconv.Itoa(int(p)))
+}
+
+func openRegistry(dataDir string, store *log.Store, logger *zap.Logger) (*registry, error) {
+	r := &registry{dir: dataDir, store: store, logger: logger, topics: map[string]*topic{}, byID: map[[16]byte]*topic{}}
+	b, err := os.ReadFile(filepath.Join(dataDir, topicsFile))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	var f topicsFileV1
+	if err == nil {
+		if err := json.Unmarshal(b, &f); err != nil || f.Version != 1 {
+			return nil, fmt.Errorf("broker: %s is unreadable: %v", topicsFile, err)
+		}
+	}
+	for _, rec := range f.Topics {
+		t := &topic{name: rec.Name, configs: rec.Configs}
+		if t.configs == nil {
+			t.configs = map[string]string{}
+		}
+		idb, err := hex.DecodeString(rec.ID)
+		if err != nil || len(idb) != 16 {
+			return nil, fmt.Errorf("broker: topic %q has a bad id %q", rec.Name, rec.ID)
+		}
+		copy(t.id[:], idb)
+		for i := int32(0); i < rec.Partitions; i++ {
+			p, err := r.openPartition(t, i)
+			if err != nil {
+				return nil, err
+			}
+			t.partitions = append(t.partitions, p)
+		}
+		r.topics[t.name] = t
+		r.byID[t.id] = t
+	}
+	r.cleanOrphans()
+	return r, nil
+}
+
+func (r *registry) openPartition(t *topic, i int32) (*partition, error) {
+	lp, err := r.store.OpenPartition(partitionDir(r.dir, t.name, i), logConfig(t.configs))
+	if err != nil {
+		return nil, fmt.Errorf("broker: open %s-%d: %w", t.name, i, err)
+	}
+	p := &partition{topic: t, index: i, log: lp, producers: map[int64]*producerState{}}
+	if err := p.loadProducers(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// cleanOrphans removes partition directories no topic owns: leftovers of a
+// deletion interrupted by a crash.
+func (r *registry) cleanOrphans() {
+	des, err := os.ReadDir(r.dir)
+	if err != nil {
+		return
+	}
+	for _, de := range des {
+		if !de.IsDir() {
+			continue
+		}
+		name := de.Name()
+		i := strings.LastIndexByte(name, '-')
+		if i <= 0 {
+			continue
+		}
+		n, err := strconv.Atoi(name[i+1:])
+		if err == nil {
+			if t, ok := r.topics[name[:i]]; ok && n >= 0 && n < len(t.partitions) {
+				continue
+			}
+		} else if !strings.HasSuffix(name, "-delete") {
+			continue
+		}
+		r.logger.Warn("removing orphan partition directory", zap.String("dir", name))
+		os.RemoveAll(filepath.Join(r.dir, name))
+	}
+}
+
+// saveLocked writes topics.json atomically. r.mu held.
+func (r *registry) saveLocked() error {
+	f := topicsFileV1{Version: 1}
+	for _, t := range r.topics {
+		f.Topics = append(f.Topics, topicRecord{Name: t.name, ID: hex.EncodeToString(t.id[:]), Partitions: int32(len(t.partitions)), Configs: t.configs})
+	}
+	sort.Slice(f.Topics, func(i, j int) bool { return f.Topics[i].Name < f.Topics[j].Name })
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return err
+	}
+	return log.WriteFileAtomic(log.OSFS, filepath.Join(r.dir, topicsFile), b)
+}
+
+func (r *registry) get(name string) *topic {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.topics[name]
+}
+
+func (r *registry) getByID(id [16]byte) *topic {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.byID[id]
+}
+
+func (r *registry) all() []*topic {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	ts := make([]*topic, 0, len(r.topics))
+	for _, t := range r.topics {
+		ts = append(ts, t)
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].name < ts[j].name })
+	return ts
+}
+
+// partitionsOf returns the topic's current partitions.
+func (r *registry) partitionsOf(t *topic) []*partition {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return t.partitions
+}
+
+func (r *registry) partition(t *topic, i int32) *partition {
+	ps := r.partitionsOf(t)
+	if i < 0 || int(i) >= len(ps) {
+		return nil
+	}
+	return ps[i]
+}
+
+// create makes a topic. validateOnly checks without creating.
+func (r *registry) create(name string, partitions int32, configs map[string]string, validateOnly bool) (*topic, error) {
+	if err := validTopicName(name); err != nil {
+		return nil, err
+	}
+	if partitions <= 0 {
+		return nil, fmt.Errorf("partition count %d must be positive", partitions)
+	}
+	if partitions > 100000 {
+		return nil, fmt.Errorf("partition count %d is above the limit 100000", partitions)
+	}
+	if configs == nil {
+		configs = map[string]string{}
+	}
+	if err := validateConfigs(configs); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.topics[name]; ok {
+		return nil, errTopicExists
+	}
+	if validateOnly {
+		return &topic{name: name, configs: configs}, nil
+	}
+	t := &topic{name: name, configs: configs}
+	if _, err := rand.Read(t.id[:]); err != nil {
+		return nil, err
+	}
+	for i := int32(0); i < partitions; i++ {
+		os.RemoveAll(partitionDir(r.dir, name, i)) // an orphan must not leak old data into a new topic
+		p, err := r.openPartition(t, i)
+		if err != nil {
+			for _, p := range t.partitions {
+				p.log.Delete()
+			}
+			return nil, err
+		}
+		t.partitions = append(t.partitions, p)
+	}
+	r.topics[name] = t
+	r.byID[t.id] = t
+	if err := r.saveLocked(); err != nil {
+		delete(r.topics, name)
+		delete(r.byID, t.id)
+		for _, p := range t.partitions {
+			p.log.Delete()
+		}
+		return nil, err
+	}
+	r.logger.Info("created topic", zap.String("topic", name), zap.Int32("partitions", partitions))
+	return t, nil
+}
+
+// remove deletes a topic: the registry forgets it first (durably), then its
+// partitions are deleted.
+func (r *registry) remove(t *topic) error {
+	r.mu.Lock()
+	if r.topics[t.name] != t {
+		r.mu.Unlock()
+		return nil
+	}
+	delete(r.topics, t.name)
+	delete(r.byID, t.id)
+	err := r.saveLocked()
+	parts := t.partitions
+	r.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for _, p := range parts {
+		if err := p.log.Delete(); err != nil {
+			r.logger.Warn("delete partition", zap.String("topic", t.name), zap.Int32("partition", p.index), zap.Error(err))
+		}
+	}
+	r.logger.Info("deleted topic", zap.String("topic", t.name))
+	return nil
+}
+
+// addPartitions grows a topic to count partitions.
+func (r *registry) addPartitions(t *topic, count int32, validateOnly bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := int32(len(t.partitions))
+	if count <= cur {
+		return fmt.Errorf("topic has %d partitions; the new count %d must be larger", cur, count)
+	}
+	if count > 100000 {
+		return fmt.Errorf("partition count %d is above the limit 100000", count)
+	}
+	if validateOnly {
+		return nil
+	}
+	ps := append([]*partition(nil), t.partitions...)
+	for i := cur; i < count; i++ {
+		os.RemoveAll(partitionDir(r.dir, t.name, i))
+		p, err := r.openPartition(t, i)
+		if err != nil {
+			return err
+		}
+		ps = append(ps, p)
+	}
+	t.partitions = ps
+	return r.saveLocked()
+}
+
+// setConfigs replaces a topic's configs (validated by the caller).
+func (r *registry) setConfigs(t *topic, configs map[string]string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t.configs = configs
+	lc := logConfig(configs)
+	for _, p := range t.partitions {
+		p.log.SetConfig(lc)
+	}
+	return r.saveLocked()
+}
+
+// configsOf returns a copy of the topic's set configs.
+func (r *registry) configsOf(t *topic) map[string]string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	m := make(map[string]string, len(t.configs))
+	for k, v := range t.configs {
+		m[k] = v
+	}
+	return m
+}
+
+func (r *registry) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range r.topics {
+		for _, p := range t.partitions {
+			p.saveProducers()
+			p.log.Close()
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func frameOf(payload []byte) []byte {
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(payload))), payload...)
+}
+
+// request encodes a request frame the way a client does.
+func request(req kmsg.Request, corr int32, clientID string) []byte {
+	var b []byte
+	b = binary.BigEndian.AppendUint16(b, uint16(req.Key()))
+	b = binary.BigEndian.AppendUint16(b, uint16(req.GetVersion()))
+	b = binary.BigEndian.AppendUint32(b, uint32(corr))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(clientID)))
+	b = append(b, clientID...)
+	if req.IsFlexible() {
+		b = append(b, 0)
+	}
+	return req.AppendTo(b)
+}
+
+func TestReadFrame(t *testing.T) {
+	payload := bytes.Repeat([]byte{7}, 200_000)
+	got, err := ReadFrame(bytes.NewReader(frameOf(payload)), nil, 1<<20)
+	if err != nil || !bytes.Equal(got, payload) {
+		t.Fatalf("ReadFrame: %v, %d bytes", err, len(got))
+	}
+	if _, err := ReadFrame(bytes.NewReader(frameOf(payload)), nil, 1000); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("over the cap: %v", err)
+	}
+	if _, err := ReadFrame(bytes.NewReader(frameOf([]byte{1, 2})), nil, 1000); !errors.Is(err, ErrFrameSize) {
+		t.Fatalf("tiny frame: %v", err)
+	}
+	neg := []byte{0xff, 0xff, 0xff, 0xff}
+	if _, err := ReadFrame(bytes.NewReader(neg), nil, 1000); !errors.Is(err, ErrFrameSize) {
+		t.Fatalf("negative size: %v", err)
+	}
+	// A frame announcing 50 MB and delivering 10 bytes: the buffer grows
+	// with the data, not with the claim.
+	short := append(binary.BigEndian.AppendUint32(nil, 50<<20), make([]byte, 10)...)
+	got, err = ReadFrame(bytes.NewReader(short), nil, 100<<20)
+	if !errors.Is(err, io.ErrUnexpectedEOF) || cap(got) > 1<<20 {
+		t.Fatalf("truncated big frame: %v, cap %d", err, cap(got))
+	}
+}
+
+func TestParse(t *testing.T) {
+	md := kmsg.NewPtrMetadataRequest()
+	md.Version = 12
+	tp := kmsg.NewMetadataRequestTopic()
+	tp.Topic = kmsg.StringPtr("orders")
+	md.Topics = append(md.Topics, tp)
+	req, err := Parse(request(md, 42, "cli"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := req.Body.(*kmsg.MetadataRequest)
+	if req.CorrelationID != 42 || req.ClientID != "cli" || req.Version != 12 || len(got.Topics) != 1 || *got.Topics[0].Topic != "orders" {
+		t.Fatalf("parsed %+v %+v", req, got)
+	}
+
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.Version = 4
+	b := request(av, 7, "x")
+	binary.BigEndian.PutUint16(b[2:], 99) // a version nobody speaks
+	req, err = Parse(b)
+	if !errors.Is(err, ErrUnsupportedVersion) || req == nil || req.Key != 18 || req.CorrelationID != 7 {
+		t.Fatalf("unsupported version: %v %+v", err, req)
+	}
+	binary.BigEndian.PutUint16(b[0:], 9999)
+	if _, err := Parse(b); !errors.Is(err, ErrUnknownKey) {
+		t.Fatalf("unknown key: %v", err)
+	}
+	good := request(md, 1, "c")
+	if _, err := Parse(good[:len(good)-3]); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("truncated body: %v", err)
+	}
+}
+
+func TestAppendResponseHeader(t *testing.T) {
+	av := kmsg.NewPtrApiVersionsResponse()
+	av.Version = 4 // flexible body, but never a flexible header
+	b := AppendResponse(nil, 5, av)
+	if int(binary.BigEndian.Uint32(b)) != len(b)-4 || binary.BigEndian.Uint32(b[4:]) != 5 {
+		t.Fatal("bad size or correlation id")
+	}
+	r := kmsg.NewPtrApiVersionsResponse()
+	r.Version = 4
+	if err := r.ReadFrom(b[8:]); err != nil {
+		t.Fatalf("ApiVersions header must not carry tags: %v", err)
+	}
+	md := kmsg.NewPtrMetadataResponse()
+	md.Version = 12
+	b = AppendResponse(nil, 5, md)
+	if b[8] != 0 {
+		t.Fatal("flexible response header lacks its tag byte")
+	}
+}
+
+// FuzzParse: any frame either parses or fails with an error; never a panic.
+func FuzzParse(f *testing.F) {
+	md := kmsg.NewPtrMetadataRequest()
+	md.Version = 12
+	f.Add(request(md, 1, "c"))
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.Version = 3
+	f.Add(request(av, 1, "c"))
+	pr := kmsg.NewPtrProduceRequest()
+	pr.Version = 9
+	f.Add(request(pr, 1, "c"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		req, err := Parse(b)
+		if err == nil && (req == nil || req.Body == nil) {
+			t.Fatal("nil request without error")
+		}
+	})
+}
+
+// FuzzReadFrame: never reads past the announced size, never panics.
+func FuzzReadFrame(f *testing.F) {
+	f.Add(frameOf([]byte("12345678")))
+	f.Add([]byte{0, 0, 0, 9, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := ReadFrame(bytes.NewReader(b), nil, 1<<16)
+		if err == nil && (len(got) < 8 || len(got) > 1<<16 || len(got) > len(b)-4) {
+			t.Fatalf("frame of %d bytes from %d input bytes", len(got), len(b))
+		}
+	})
+}

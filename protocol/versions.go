@@ -1,0 +1,55 @@
+package protocol
+
+import "github.com/twmb/franz-go/pkg/kmsg"
+
+// VersionRange is the range of versions of one API key Synapse implements.
+type VersionRange struct {
+	Key      int16
+	Min, Max int16
+}
+
+// versions is the one table of what Synapse implements. ApiVersions
+// advertises exactly this, and Parse refuses anything outside it. Add a key
+// here only with its handler (broker tests check every key has one).
+var versions = []VersionRange{
+	{Key: 0, Min: 3, Max: 13}, // Produce
+	{Key: 1, Min: 4, Max: 17}, // Fetch
+	{Key: 2, Min: 0, Max: 9},  // ListOffsets
+	{Key: 3, Min: 0, Max: 13}, // Metadata
+	{Key: 18, Min: 0, Max: 4}, // ApiVersions
+	{Key: 19, Min: 0, Max: 7}, // CreateTopics
+	{Key: 20, Min: 0, Max: 6}, // DeleteTopics
+	{Key: 21, Min: 0, Max: 2}, // DeleteRecords
+	{Key: 22, Min: 0, Max: 5}, // InitProducerID
+	{Key: 32, Min: 0, Max: 4}, // DescribeConfigs
+	{Key: 33, Min: 0, Max: 2}, // AlterConfigs
+	{Key: 37, Min: 0, Max: 3}, // CreatePartitions
+	{Key: 44, Min: 0, Max: 1}, // IncrementalAlterConfigs
+	{Key: 60, Min: 0, Max: 1}, // DescribeCluster
+}
+
+var byKey = func() map[int16]VersionRange {
+	m := make(map[int16]VersionRange, len(versions))
+	for _, v := range versions {
+		if r := kmsg.RequestForKey(v.Key); r == nil || r.MaxVersion() < v.Max {
+			panic("protocol: version table names a key or version kmsg does not know")
+		}
+		m[v.Key] = v
+	}
+	return m
+}()
+
+// Versions returns the implemented API keys and version ranges.
+func Versions() []VersionRange { return append([]VersionRange(nil), versions...) }
+
+// Supported reports whether key at version is implemented.
+func Supported(key, version int16) bool {
+	v, ok := byKey[key]
+	return ok && version >= v.Min && version <= v.Max
+}
+
+// Implemented reports whether key is implemented at any version.
+func Implemented(key int16) bool {
+	_, ok := byKey[key]
+	return ok
+}
