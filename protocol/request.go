@@ -10,7 +10,7 @@ import (
 )
 
 // Request is a parsed request: header fields and the kmsg body. Byte fields
-// of the body (a produce request's records) alias the frame.
+// of the body (a produce request's records) alias the frame; strings do not.
 type Request struct {
 	Key           int16
 	Version       int16
@@ -65,13 +65,10 @@ func Parse(frame []byte) (*Request, error) {
 			return req, fmt.Errorf("%w: header tags", ErrMalformed)
 		}
 	}
-	var err error
-	if u, ok := body.(interface{ UnsafeReadFrom([]byte) error }); ok {
-		err = u.UnsafeReadFrom(r.Src)
-	} else {
-		err = body.ReadFrom(r.Src)
-	}
-	if err != nil {
+	// ReadFrom, not UnsafeReadFrom: strings are copied (handlers keep topic
+	// names and configs), while byte fields such as a produce request's
+	// records still alias the frame, so appends copy nothing.
+	if err := body.ReadFrom(r.Src); err != nil {
 		return req, fmt.Errorf("%w: %s v%d: %v", ErrMalformed, kmsg.NameForKey(req.Key), req.Version, err)
 	}
 	req.Body = body
