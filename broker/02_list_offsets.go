@@ -12,11 +12,11 @@ import (
 // Behavior:
 //   - -2 (earliest): the log start offset. -1 (latest): the high watermark
 //     (= last stable offset: no transactions).
-//   - -3 (max timestamp, v7+): the first batch holding the greatest timestamp.
-//   - t >= 0: the first batch whose max timestamp is >= t, with that
-//     timestamp; offset -1 and timestamp -1 if none.
-//   - Offsets are batch granular for timestamps: the base offset of the batch
-//     (records are not decompressed to find the exact record).
+//   - -3 (max timestamp, v7+): the first record holding the greatest timestamp.
+//   - t >= 0: the first record whose timestamp is >= t, with its timestamp;
+//     offset -1 and timestamp -1 if none. The index finds the batch; that one
+//     batch is read (and decompressed if it must be, bounded) to find the
+//     record.
 //
 // Version notes:
 //   - v0: the answer is in OldStyleOffsets.
@@ -74,7 +74,40 @@ func (s *Server) listOffset(lp *log.Partition, ts int64) (offset, timestamp int6
 	if !ok {
 		return -1, -1, 0
 	}
+	// Refine to the record: the first one at or after ts, at or after the
+	// log start.
+	ls := lp.LogStartOffset()
+	if recs, err := readBatchRecords(lp, off); err == nil {
+		for _, r := range recs {
+			if r.ts >= ts && r.offset >= ls {
+				return r.offset, r.ts, 0
+			}
+		}
+	}
 	return off, mts, 0
+}
+
+// readBatchRecords returns the record offsets and timestamps of the batch
+// holding off.
+func readBatchRecords(lp *log.Partition, off int64) ([]recordTime, error) {
+	res, err := lp.Read(off, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Release()
+	if len(res.Chunks) == 0 {
+		return nil, log.ErrOffsetOutOfRange
+	}
+	c := res.Chunks[0]
+	b := make([]byte, c.Len)
+	if _, err := c.File().ReadAt(b, c.Pos); err != nil {
+		return nil, err
+	}
+	h, err := log.ParseBatchHeader(b)
+	if err != nil {
+		return nil, err
+	}
+	return recordTimes(b[:h.Length])
 }
 
 // maxTimestampOffset finds the first batch carrying the greatest timestamp.
@@ -92,6 +125,16 @@ func (s *Server) maxTimestampOffset(lp *log.Partition) (int64, int64, int16) {
 	})
 	if err != nil {
 		return -1, -1, s.errorCode(err)
+	}
+	if best < 0 {
+		return -1, -1, 0
+	}
+	if recs, err := readBatchRecords(lp, best); err == nil {
+		for _, r := range recs {
+			if r.ts == bestTs && r.offset >= lp.LogStartOffset() {
+				return r.offset, r.ts, 0
+			}
+		}
 	}
 	return best, bestTs, 0
 }

@@ -1,0 +1,150 @@
+package broker
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/klauspost/compress/s2"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
+
+	"github.com/synapsebroker/synapse/log"
+)
+
+// Record-level views of a stored batch, for the few requests that need them
+// (ListOffsets by timestamp and max timestamp). The produce and fetch paths
+// never decompress.
+
+// maxDecompressed bounds how much one batch may decompress to here, so a
+// crafted batch cannot make the broker allocate without limit.
+const maxDecompressed = 64 << 20
+
+var errDecompress = errors.New("batch records do not decompress")
+
+// recordTimes returns each record's (offset, timestamp) in a stored batch.
+func recordTimes(batch []byte) ([]recordTime, error) {
+	h, err := log.ParseBatchHeader(batch)
+	if err != nil {
+		return nil, err
+	}
+	recs := batch[log.BatchHeaderSize:h.Length]
+	if h.LogAppendTime() {
+		// Every record carries the batch's append time.
+		out := make([]recordTime, 0, h.NumRecords)
+		for i := int32(0); i <= h.LastOffsetDelta; i++ {
+			out = append(out, recordTime{h.BaseOffset + int64(i), h.MaxTimestamp})
+		}
+		return out, nil
+	}
+	if h.Codec() != log.CodecNone {
+		if recs, err = decompress(h.Codec(), recs); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]recordTime, 0, min(int(h.NumRecords), len(recs)/7+1))
+	for i := int32(0); i < h.NumRecords && len(recs) > 0; i++ {
+		length, n := binary.Varint(recs)
+		if n <= 0 || length < 0 || int64(len(recs)-n) < length {
+			return nil, fmt.Errorf("record %d: bad length", i)
+		}
+		rec := recs[n : n+int(length)]
+		recs = recs[n+int(length):]
+		if len(rec) < 1 {
+			return nil, fmt.Errorf("record %d: empty", i)
+		}
+		tsDelta, n1 := binary.Varint(rec[1:])
+		if n1 <= 0 {
+			return nil, fmt.Errorf("record %d: bad timestamp delta", i)
+		}
+		offDelta, n2 := binary.Varint(rec[1+n1:])
+		if n2 <= 0 {
+			return nil, fmt.Errorf("record %d: bad offset delta", i)
+		}
+		out = append(out, recordTime{h.BaseOffset + offDelta, h.BaseTimestamp + tsDelta})
+	}
+	return out, nil
+}
+
+type recordTime struct {
+	offset, ts int64
+}
+
+func decompress(codec log.Codec, src []byte) ([]byte, error) {
+	var r io.Reader
+	switch codec {
+	case log.CodecGzip:
+		zr, err := gzip.NewReader(bytes.NewReader(src))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errDecompress, err)
+		}
+		r = zr
+	case log.CodecSnappy:
+		return unsnappy(src)
+	case log.CodecLZ4:
+		r = lz4.NewReader(bytes.NewReader(src))
+	case log.CodecZstd:
+		zr, err := zstd.NewReader(bytes.NewReader(src), zstd.WithDecoderMaxMemory(maxDecompressed), zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errDecompress, err)
+		}
+		defer zr.Close()
+		r = zr
+	default:
+		return nil, fmt.Errorf("%w: codec %v", errDecompress, codec)
+	}
+	out, err := io.ReadAll(io.LimitReader(r, maxDecompressed+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errDecompress, err)
+	}
+	if len(out) > maxDecompressed {
+		return nil, fmt.Errorf("%w: more than %d bytes", errDecompress, maxDecompressed)
+	}
+	return out, nil
+}
+
+// xerialHeader starts snappy data framed the way the Java client writes it.
+var xerialHeader = []byte{0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0}
+
+// unsnappy decodes raw snappy blocks (librdkafka, franz-go) and the xerial
+// framing (Java client: 16-byte header, then length-prefixed blocks).
+func unsnappy(src []byte) ([]byte, error) {
+	block := func(b []byte) ([]byte, error) {
+		n, err := s2.DecodedLen(b)
+		if err != nil || n > maxDecompressed {
+			return nil, fmt.Errorf("%w: snappy block", errDecompress)
+		}
+		return s2.Decode(nil, b)
+	}
+	if !bytes.HasPrefix(src, xerialHeader) {
+		return block(src)
+	}
+	if len(src) < 16 {
+		return nil, fmt.Errorf("%w: short xerial header", errDecompress)
+	}
+	src = src[16:]
+	var out []byte
+	for len(src) > 0 {
+		if len(src) < 4 {
+			return nil, fmt.Errorf("%w: xerial block length", errDecompress)
+		}
+		n := int(binary.BigEndian.Uint32(src))
+		src = src[4:]
+		if n < 0 || n > len(src) {
+			return nil, fmt.Errorf("%w: xerial block of %d bytes", errDecompress, n)
+		}
+		b, err := block(src[:n])
+		if err != nil {
+			return nil, err
+		}
+		if len(out)+len(b) > maxDecompressed {
+			return nil, fmt.Errorf("%w: more than %d bytes", errDecompress, maxDecompressed)
+		}
+		out = append(out, b...)
+		src = src[n:]
+	}
+	return out, nil
+}
