@@ -27,6 +27,9 @@ import (
 //     FETCH_SESSION_ID_NOT_FOUND.
 //   - Isolation level and rack are accepted; there are no aborted
 //     transactions and no preferred read replica.
+//   - Record bytes are not copied into the response: it carries the segment
+//     file ranges, and the connection sends them with sendfile(2)
+//     (sendfile.go); a partition without data gets empty (not null) records.
 //
 // Version notes:
 //   - v13+: topics by id (UNKNOWN_TOPIC_ID).
@@ -49,6 +52,7 @@ func (s *Server) handleFetch(req *kmsg.FetchRequest) (kmsg.Response, error) {
 		if left <= 0 {
 			return resp, nil
 		}
+		resp.release() // read again after the wait
 		if !s.waitAny(waitOn, left) {
 			// Timed out: answer with what there is now (new data may have
 			// arrived between the last read and the wait).
@@ -62,8 +66,8 @@ func (s *Server) handleFetch(req *kmsg.FetchRequest) (kmsg.Response, error) {
 // the record bytes in it and the notify channels (taken before reading, so no
 // append between the read and the wait is missed) of partitions that could
 // still grow.
-func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*kmsg.FetchResponse, int64, []<-chan struct{}) {
-	resp := req.ResponseKind().(*kmsg.FetchResponse)
+func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-chan struct{}) {
+	resp := &fetchResponse{FetchResponse: req.ResponseKind().(*kmsg.FetchResponse)}
 	var total int64
 	var waitOn []<-chan struct{}
 	maxBytes := int64(req.MaxBytes)
@@ -73,6 +77,7 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*kmsg.FetchResponse, int64, 
 	for _, rt := range req.Topics {
 		st := kmsg.NewFetchResponseTopic()
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		reads := make([]*log.ReadResult, 0, len(rt.Partitions))
 		var t *topic
 		code := int16(0)
 		if req.Version >= 13 {
@@ -96,6 +101,7 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*kmsg.FetchResponse, int64, 
 			if p == nil {
 				sp.ErrorCode = code
 				st.Partitions = append(st.Partitions, sp)
+				reads = append(reads, nil)
 				continue
 			}
 			waitOn = append(waitOn, p.log.Notify())
@@ -114,25 +120,23 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*kmsg.FetchResponse, int64, 
 				sp.HighWatermark = p.log.HighWatermark()
 				sp.LastStableOffset = sp.HighWatermark
 				sp.LogStartOffset = p.log.LogStartOffset()
+				res = nil
 			case res == nil: // response budget spent
 				sp.HighWatermark = p.log.HighWatermark()
 				sp.LastStableOffset = sp.HighWatermark
 				sp.LogStartOffset = p.log.LogStartOffset()
 			default:
 				sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = res.HighWatermark, res.HighWatermark, res.LogStartOffset
-				if res.Bytes > 0 {
-					b, rerr := res.AppendTo(make([]byte, 0, res.Bytes))
-					if rerr != nil {
-						sp.ErrorCode = s.errorCode(rerr)
-					} else {
-						sp.RecordBatches = b
-						total += int64(len(b))
-					}
+				total += res.Bytes
+				if res.Bytes == 0 {
+					res.Release()
+					res = nil
 				}
-				res.Release()
 			}
 			st.Partitions = append(st.Partitions, sp)
+			reads = append(reads, res)
 		}
+		resp.reads = append(resp.reads, reads)
 		resp.Topics = append(resp.Topics, st)
 	}
 	return resp, total, waitOn

@@ -26,8 +26,9 @@ type conn struct {
 	nc net.Conn
 	br *bufio.Reader
 
-	frame []byte // request buffer, reused while small
-	out   []byte // response buffer, reused while small
+	frame   []byte // request buffer, reused while small
+	out     []byte // response buffer, reused while small
+	copyBuf []byte // for file ranges that cannot be sent with sendfile
 
 	mu     sync.Mutex
 	busy   bool // a request is being handled
@@ -90,9 +91,14 @@ func (c *conn) serve() {
 			return
 		}
 		if resp != nil {
-			c.out = protocol.AppendResponse(c.out[:0], corr, resp)
 			c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
-			if _, err := c.nc.Write(c.out); err != nil {
+			if fr, ok := resp.(*fetchResponse); ok {
+				err = c.writeFetch(corr, fr)
+			} else {
+				c.out = protocol.AppendResponse(c.out[:0], corr, resp)
+				_, err = c.nc.Write(c.out)
+			}
+			if err != nil {
 				log.Debug("write response", zap.Stringer("remote", c.nc.RemoteAddr()), zap.Error(err))
 				return
 			}

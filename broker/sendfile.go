@@ -1,0 +1,163 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"golang.org/x/sys/unix"
+
+	"github.com/synapsebroker/synapse/log"
+	"github.com/synapsebroker/synapse/protocol"
+)
+
+// fetchResponse is a fetch response whose record bytes stay in segment files
+// until the connection writes them. It is a kmsg.Response (the embedded
+// struct) so errors and tests can treat it as one; conn.writeFetch sends it.
+type fetchResponse struct {
+	*kmsg.FetchResponse
+	reads [][]*log.ReadResult // [topic][partition], nil where no records
+}
+
+func (f *fetchResponse) release() {
+	for _, ps := range f.reads {
+		for _, r := range ps {
+			if r != nil {
+				r.Release()
+			}
+		}
+	}
+	f.reads = nil
+}
+
+func (f *fetchResponse) recLen(ti, pi int) int64 {
+	if r := f.reads[ti][pi]; r != nil {
+		return r.Bytes
+	}
+	return 0 // empty, not null: what Kafka sends for a partition without data
+}
+
+// writeFetch sends a fetch response: header bytes from memory, record bytes
+// from the segment files with sendfile(2) at explicit offsets (the shared
+// descriptors' positions are never used), corked so header, data and
+// trailer leave in full packets.
+func (c *conn) writeFetch(corr int32, f *fetchResponse) error {
+	defer f.release()
+	buf, holes, err := protocol.AppendFetchResponse(c.out[:0], corr, f.FetchResponse, f.recLen)
+	if err != nil {
+		return err
+	}
+	c.out = buf
+	tc, _ := c.nc.(*net.TCPConn)
+	if tc != nil {
+		cork(tc, true)
+		defer cork(tc, false)
+	}
+	prev := 0
+	for _, h := range holes {
+		if _, err := c.nc.Write(buf[prev:h.At]); err != nil {
+			return err
+		}
+		for _, ch := range f.reads[h.Topic][h.Part].Chunks {
+			if err := sendChunk(c.nc, tc, ch, c.scratch()); err != nil {
+				return err
+			}
+		}
+		prev = h.At
+	}
+	_, err = c.nc.Write(buf[prev:])
+	return err
+}
+
+func (c *conn) scratch() []byte {
+	if c.copyBuf == nil {
+		c.copyBuf = make([]byte, 256<<10)
+	}
+	return c.copyBuf
+}
+
+// sendChunk writes one file range: sendfile for an OS file on a TCP
+// connection, a pread/write copy otherwise (in-memory file systems, TLS).
+func sendChunk(w io.Writer, tc *net.TCPConn, ch log.Chunk, buf []byte) error {
+	if tc != nil {
+		if of, ok := ch.File().(log.OSFile); ok {
+			return sendfile(tc, of.OSFile(), ch.Pos, ch.Len)
+		}
+	}
+	for off, end := ch.Pos, ch.Pos+ch.Len; off < end; {
+		n := min(int64(len(buf)), end-off)
+		m, err := ch.File().ReadAt(buf[:n], off)
+		if int64(m) < n {
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		if _, err := w.Write(buf[:n]); err != nil {
+			return err
+		}
+		off += n
+	}
+	return nil
+}
+
+var errShortFile = errors.New("segment file shorter than the range to send")
+
+// sendfile copies [off, off+n) of f to the socket in the kernel. The offset
+// is passed explicitly, so concurrent sends from one descriptor do not race
+// on its file position; EAGAIN parks on the netpoller (with the connection's
+// write deadline).
+func sendfile(tc *net.TCPConn, f *os.File, off, n int64) error {
+	fc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var src int
+	if err := fc.Control(func(fd uintptr) { src = int(fd) }); err != nil {
+		return err
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	for n > 0 {
+		var wrote int
+		var serr error
+		err := rc.Write(func(dst uintptr) bool {
+			wrote, serr = unix.Sendfile(int(dst), src, &off, int(min(n, 1<<30)))
+			if errors.Is(serr, unix.EAGAIN) {
+				serr = nil
+				return wrote > 0 // nothing sent yet: wait until writable
+			}
+			return !errors.Is(serr, unix.EINTR) || wrote > 0
+		})
+		if err != nil {
+			return err
+		}
+		if serr != nil && !errors.Is(serr, unix.EINTR) {
+			return fmt.Errorf("sendfile: %w", serr)
+		}
+		if wrote == 0 && serr == nil {
+			return errShortFile
+		}
+		n -= int64(wrote)
+	}
+	return nil
+}
+
+// cork holds back partial packets (TCP_CORK) while a response is assembled
+// from several writes; uncorking flushes.
+func cork(tc *net.TCPConn, on bool) {
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return
+	}
+	v := 0
+	if on {
+		v = 1
+	}
+	rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_CORK, v) })
+}
