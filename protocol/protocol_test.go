@@ -136,3 +136,22 @@ func FuzzReadFrame(f *testing.F) {
 		}
 	})
 }
+
+// TestNonProduceCap: requests other than Produce are refused above 8 MiB
+// before kmsg decodes (and allocates for) them.
+func TestNonProduceCap(t *testing.T) {
+	md := kmsg.NewPtrMetadataRequest()
+	md.Version = 4
+	for i := 0; i < 600_000; i++ {
+		tp := kmsg.NewMetadataRequestTopic()
+		tp.Topic = kmsg.StringPtr("some-topic-name")
+		md.Topics = append(md.Topics, tp)
+	}
+	b := request(md, 1, "c")
+	if len(b) <= maxNonProduceFrame {
+		t.Fatalf("test request only %d bytes", len(b))
+	}
+	if _, err := Parse(b); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("%d-byte metadata request: %v", len(b), err)
+	}
+}

@@ -31,6 +31,10 @@ var (
 	ErrMalformed = errors.New("protocol: malformed request")
 )
 
+// maxNonProduceFrame caps every request but Produce (which gets the
+// connection's full cap, Kafka's socket.request.max.bytes).
+const maxNonProduceFrame = 8 << 20
+
 // Parse decodes a request frame (without its size prefix). On
 // ErrUnsupportedVersion the returned Request still carries the header
 // fields, so the caller can answer ApiVersions.
@@ -56,6 +60,13 @@ func Parse(frame []byte) (*Request, error) {
 	}
 	if !Supported(req.Key, req.Version) {
 		return req, fmt.Errorf("%w: key %d version %d", ErrUnsupportedVersion, req.Key, req.Version)
+	}
+	// kmsg decodes an array of n elements into n structs after checking
+	// that n times the element's minimum encoded size remains, so decoding
+	// allocates at most a few tens of times the frame. Only Produce needs big
+	// frames; every other request is capped lower to keep that bounded.
+	if req.Key != 0 && len(frame) > maxNonProduceFrame {
+		return req, fmt.Errorf("%w: %s request of %d bytes (cap %d for all but Produce)", ErrMalformed, kmsg.NameForKey(req.Key), len(frame), maxNonProduceFrame)
 	}
 	body := kmsg.RequestForKey(req.Key)
 	body.SetVersion(req.Version)
