@@ -132,6 +132,7 @@ func (c *conn) handleFrame(frame []byte) (resp kmsg.Response, corr int32, err er
 		}
 		return nil, 0, err
 	}
+	corr = req.CorrelationID
 	defer func() {
 		if r := recover(); r != nil {
 			c.s.logger.Error("handler panic", zap.String("api", kmsg.NameForKey(req.Key)), zap.Int16("version", req.Version),
@@ -143,5 +144,5 @@ func (c *conn) handleFrame(frame []byte) (resp kmsg.Response, corr int32, err er
 		}
 	}()
 	resp, err = c.s.dispatch(req)
-	return resp, req.CorrelationID, err
+	return resp, corr, err
 }

@@ -15,6 +15,9 @@ import (
 // A returned error closes the connection (Kafka's answer to requests it
 // cannot process); Kafka error codes go in the response body.
 func (s *Server) dispatch(req *protocol.Request) (kmsg.Response, error) {
+	if h := s.beforeHandle.Load(); h != nil {
+		(*h)(req)
+	}
 	switch b := req.Body.(type) {
 	case *kmsg.ProduceRequest:
 		return s.handleProduce(b)

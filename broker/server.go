@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/synapsebroker/synapse/log"
+	"github.com/synapsebroker/synapse/protocol"
 )
 
 // ErrServerClosed is returned by Serve after Shutdown.
@@ -38,6 +39,8 @@ type Server struct {
 	serving   atomic.Bool
 	maintDone chan struct{}
 	closeOnce sync.Once
+
+	beforeHandle atomic.Pointer[func(*protocol.Request)] // tests: runs before every handler
 }
 
 // New opens the data directory (topic registry, broker identity, every

@@ -16,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/synapsebroker/synapse/protocol"
 )
 
 // testServer runs a broker on a loopback port for the test.
@@ -305,4 +307,33 @@ func fixCRC(b []byte) []byte {
 	binary.BigEndian.PutUint32(b[8:], uint32(len(b)-12))
 	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
 	return b
+}
+
+// TestHandlerPanicIsAnswered: a panicking handler is answered with
+// UNKNOWN_SERVER_ERROR and the connection keeps serving.
+func TestHandlerPanicIsAnswered(t *testing.T) {
+	ts := startServer(t, "")
+	hook := func(req *protocol.Request) {
+		if req.Key == 3 {
+			panic("injected")
+		}
+	}
+	ts.beforeHandle.Store(&hook)
+	cl, _ := client(t, ts.addr)
+	ctx := ctxT(t)
+	req := kmsg.NewPtrMetadataRequest()
+	tp := kmsg.NewMetadataRequestTopic()
+	tp.Topic = kmsg.StringPtr("x")
+	req.Topics = append(req.Topics, tp)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != kerr.UnknownServerError.Code {
+		t.Fatalf("panic answered with %+v", resp.Topics)
+	}
+	ts.beforeHandle.Store(nil)
+	if _, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl); err != nil {
+		t.Fatalf("connection unusable after a handler panic: %v", err)
+	}
 }
