@@ -15,8 +15,8 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # (./protocol/... ./broker/... ./tiering/...) here as they land.
 CORE_PKGS ?= ./log/... ./protocol/... ./broker/... ./cmd/...
 
-# Fuzzing: every Fuzz* target of FUZZ_PKG runs for FUZZTIME, one after another.
-FUZZ_PKG ?= ./log/
+# Fuzzing: every Fuzz* target of FUZZ_PKGS runs for FUZZTIME, one after another.
+FUZZ_PKGS ?= ./log/ ./protocol/
 FUZZTIME ?= 30s
 
 # Tools live outside the clone so a fresh clone (CI) reuses them.
@@ -25,7 +25,7 @@ TOOLS_BIN ?= $(HOME)/.cache/synapse-tools/bin
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(TOOLS_BIN)/staticcheck
 
-.PHONY: help run build tools lint test fuzz bench clean
+.PHONY: help run build tools lint test compat fuzz bench clean
 
 help:
 	@echo "make run     build, then bin/synapse serve (data in ./data)"
@@ -33,7 +33,8 @@ help:
 	@echo "make tools   install test tools into $(TOOLS_BIN)"
 	@echo "make lint    gofmt, go vet, staticcheck"
 	@echo "make test    tools + lint + go test -race $(CORE_PKGS)"
-	@echo "make fuzz    each fuzz target in $(FUZZ_PKG) for FUZZTIME=$(FUZZTIME)"
+	@echo "make compat  real Kafka clients against bin/synapse (part of make test)"
+	@echo "make fuzz    each fuzz target in $(FUZZ_PKGS) for FUZZTIME=$(FUZZTIME)"
 	@echo "make bench   benchmarks"
 	@echo "make clean   remove bin/"
 
@@ -54,26 +55,33 @@ tools:
 		out=$$(GOBIN="$(TOOLS_BIN)" $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) 2>&1) \
 			|| { echo "$$out"; exit 1; }; \
 	fi
-	@# ---- later tools go here, each installed only when missing ----------
-	@# - versitygw (S3-compatible server) for the tiering tests
-	@# - apt packages (kcat, python3-kafka, ...) for compat-tests
-	@# ---------------------------------------------------------------------
+	@# Debian packages for the script compat tests (kcat, kafka-python,
+	@# confluent-kafka python), installed only when missing.
+	@bash compat-tests/install-deps.sh
+	@# ---- later: versitygw (S3-compatible server) for the tiering tests ----
 
 lint: tools
 	@unformatted=$$(find . -path ./.git -prune -o -path '*/testdata' -prune -o -name '*.go' -print | xargs -r gofmt -l); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -w needed on:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	"$(STATICCHECK)" ./...
+	cd compat-tests && $(GO) vet ./... && "$(STATICCHECK)" ./...
 
 test: tools lint
 	$(GO) test -race -count=1 $(CORE_PKGS)
+	$(MAKE) --no-print-directory compat
+
+# Real clients (franz-go, sarama, kafka-go, confluent-kafka-go, kcat,
+# kafka-python) against a real `synapse serve` process; see compat-tests/.
+compat: build
+	cd compat-tests && COMPAT_REQUIRE=1 SYNAPSE_BIN=$(CURDIR)/bin/synapse $(GO) test -count=1 -timeout 15m ./...
 
 fuzz:
-	@targets=$$($(GO) test -list '^Fuzz' $(FUZZ_PKG) | grep '^Fuzz' || true); \
-	if [ -z "$$targets" ]; then echo "no fuzz targets in $(FUZZ_PKG)"; exit 0; fi; \
-	for t in $$targets; do \
-		echo "== $$t ($(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $(FUZZ_PKG); \
+	@for pkg in $(FUZZ_PKGS); do \
+		for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "== $$pkg $$t ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
 	done
 
 # Ratios against baselines measured in the same run; see README.md.
