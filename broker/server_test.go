@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -335,5 +336,86 @@ func TestHandlerPanicIsAnswered(t *testing.T) {
 	ts.beforeHandle.Store(nil)
 	if _, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl); err != nil {
 		t.Fatalf("connection unusable after a handler panic: %v", err)
+	}
+}
+
+func TestLogAppendTimeDeleteRecordsDescribeCluster(t *testing.T) {
+	ts := startServer(t, "")
+	cl, adm := client(t, ts.addr)
+	ctx := ctxT(t)
+	lat := "LogAppendTime"
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"message.timestamp.type": &lat}, "lat"); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now().Add(-time.Second)
+	old := time.UnixMilli(1_000_000)
+	for i := 0; i < 5; i++ {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "lat", Value: []byte("v"), Timestamp: old}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range consumeAll(t, ts.addr, "lat", 5) {
+		if r.Timestamp.Before(before) || r.Attrs.TimestampType() != 1 {
+			t.Fatalf("LogAppendTime topic kept the client's timestamp: %v type %d", r.Timestamp, r.Attrs.TimestampType())
+		}
+	}
+	// DeleteRecords moves the log start; fetching below it is out of range.
+	o := kadm.Offsets{}
+	o.Add(kadm.Offset{Topic: "lat", Partition: 0, At: 3})
+	dr, err := adm.DeleteRecords(ctx, o)
+	if err != nil || dr.Error() != nil {
+		t.Fatal(err, dr.Error())
+	}
+	if r, _ := dr.Lookup("lat", 0); r.LowWatermark != 3 {
+		t.Fatalf("low watermark %d", r.LowWatermark)
+	}
+	start, err := adm.ListStartOffsets(ctx, "lat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := start.Lookup("lat", 0); s.Offset != 3 {
+		t.Fatalf("start offset after DeleteRecords: %d", s.Offset)
+	}
+	dc, err := kmsg.NewPtrDescribeClusterRequest().RequestWith(ctx, cl)
+	if err != nil || dc.ClusterID != ts.ClusterID() || len(dc.Brokers) != 1 || dc.ControllerID != 0 {
+		t.Fatalf("describe cluster: %v %+v", err, dc)
+	}
+}
+
+func TestIdleTimeoutAndConnectionLimit(t *testing.T) {
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{DataDir: dir, IdleTimeout: 200 * time.Millisecond, MaxConnections: 2, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	defer s.Shutdown(context.Background())
+	var conns []net.Conn
+	for i := 0; i < 3; i++ {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The third connection is over the limit: closed at once.
+	conns[2].SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := conns[2].Read(make([]byte, 1)); err == nil {
+		t.Fatal("connection over the limit was served")
+	}
+	// The others are closed after the idle timeout.
+	conns[0].SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	if _, err := conns[0].Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("idle connection not closed: %v", err)
+	}
+	if time.Since(start) > 3*time.Second {
+		t.Fatal("idle connection closed late")
 	}
 }

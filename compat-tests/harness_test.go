@@ -1,6 +1,7 @@
 package compattests
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -195,6 +196,8 @@ type synapseBroker struct {
 	waitErr error         // cmd.Wait's result, valid after exited is closed
 	logFile *os.File
 	starts  int
+
+	advertise string // advertised address if not the listener's (capture proxy)
 }
 
 func startSynapse(t testing.TB, bin string) *synapseBroker {
@@ -231,7 +234,7 @@ func (b *synapseBroker) args() []string {
 	return []string{
 		"serve",
 		"--listen", b.Addr(),
-		"--advertised-addr", b.Addr(),
+		"--advertised-addr", cmp.Or(b.advertise, b.Addr()),
 		"--data-dir", b.dataDir,
 		"--http-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(b.httpPort)),
 		"--log-level", "warn",

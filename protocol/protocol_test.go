@@ -119,8 +119,21 @@ func FuzzParse(f *testing.F) {
 	f.Add(request(pr, 1, "c"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		req, err := Parse(b)
-		if err == nil && (req == nil || req.Body == nil) {
+		if err != nil {
+			return
+		}
+		if req == nil || req.Body == nil {
 			t.Fatal("nil request without error")
+		}
+		// Whatever parsed re-encodes to a request that parses to the same
+		// encoding (nothing half-read is kept).
+		enc := req.Body.AppendTo(nil)
+		again, err := Parse(request(req.Body, req.CorrelationID, req.ClientID))
+		if err != nil {
+			t.Fatalf("re-encoded %s v%d does not parse: %v", kmsg.NameForKey(req.Key), req.Version, err)
+		}
+		if !bytes.Equal(again.Body.AppendTo(nil), enc) {
+			t.Fatalf("%s v%d: re-encoding is not stable", kmsg.NameForKey(req.Key), req.Version)
 		}
 	})
 }
