@@ -156,4 +156,3 @@ func (cp *captureProxy) write(dir string) (int, error) {
 	}
 	return len(cp.frames), nil
 }
-
