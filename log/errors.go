@@ -30,6 +30,10 @@ var (
 	// offset or above the log end offset.
 	ErrOffsetOutOfRange = errors.New("log: offset out of range")
 
+	// ErrNotLocal means the offset is at or above the log start but below the
+	// first local segment: its data lives in the tiered store.
+	ErrNotLocal = errors.New("log: offset not in local segments")
+
 	// ErrClosed means the partition or store was closed.
 	ErrClosed = errors.New("log: closed")
 

@@ -108,8 +108,11 @@ func (p *Partition) read(offset int64, maxBytes int64, minOne bool) (*ReadResult
 	}
 	segs := p.segments()
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > offset }) - 1
-	if i < 0 {
+	if i < 0 || offset < segs[0].base {
 		res.Release()
+		if offset >= p.logStart.Load() {
+			return nil, ErrNotLocal
+		}
 		return nil, ErrOffsetOutOfRange // deleted under us by retention
 	}
 	first := minOne
@@ -125,7 +128,10 @@ func (p *Partition) read(offset int64, maxBytes int64, minOne bool) (*ReadResult
 		c, err := p.readSegment(seg, offset, limit, maxBytes, first)
 		if err != nil {
 			res.Release()
-			if errors.Is(err, fs.ErrNotExist) && offset < p.logStart.Load() {
+			if errors.Is(err, fs.ErrNotExist) && offset < p.LocalStartOffset() {
+				if offset >= p.logStart.Load() {
+					return nil, ErrNotLocal // offloaded and deleted locally under us
+				}
 				return nil, ErrOffsetOutOfRange // deleted by retention under us
 			}
 			return nil, err

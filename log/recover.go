@@ -180,10 +180,15 @@ func (p *Partition) open() error {
 	p.active = segs[len(segs)-1]
 	leo := p.active.next.Load()
 	p.leo.Store(leo)
-	ls := max(st.LogStartOffset, segs[0].base)
-	if ls > leo {
-		ls = leo
+	// The checkpointed log start is authoritative when there is one: with
+	// tiering, segments below the local start live in object storage and the
+	// log start can be far below the first local segment. Without a
+	// checkpoint the first segment starts the log.
+	ls := segs[0].base
+	if st.Version == 1 {
+		ls = st.LogStartOffset
 	}
+	ls = min(max(ls, 0), leo)
 	p.logStart.Store(ls)
 	if dirty {
 		// After a crash the directory entries themselves (the last segment,
