@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"reflect"
 	"time"
 
@@ -78,6 +79,7 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-c
 		st := kmsg.NewFetchResponseTopic()
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
 		reads := make([]*log.ReadResult, 0, len(rt.Partitions))
+		cold := make([][]byte, len(rt.Partitions))
 		var t *topic
 		code := int16(0)
 		if req.Version >= 13 {
@@ -114,6 +116,19 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-c
 			} else if budget > 0 {
 				res, err = p.log.ReadAtMost(rp.FetchOffset, budget)
 			}
+			if errors.Is(err, log.ErrNotLocal) && s.cfg.Tier != nil && (budget > 0 || total == 0) {
+				// Below the local start: served from the bucket.
+				var b []byte
+				if b, err = s.coldRead(p, rp.FetchOffset, max(budget, 1)); err == nil {
+					sp.HighWatermark = p.log.HighWatermark()
+					sp.LastStableOffset, sp.LogStartOffset = sp.HighWatermark, p.log.LogStartOffset()
+					cold[len(reads)] = b
+					total += int64(len(b))
+					st.Partitions = append(st.Partitions, sp)
+					reads = append(reads, nil)
+					continue
+				}
+			}
 			switch {
 			case err != nil:
 				sp.ErrorCode = s.errorCode(err)
@@ -137,6 +152,7 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-c
 			reads = append(reads, res)
 		}
 		resp.reads = append(resp.reads, reads)
+		resp.cold = append(resp.cold, cold)
 		resp.Topics = append(resp.Topics, st)
 	}
 	return resp, total, waitOn

@@ -13,6 +13,10 @@ import (
 //   - -2 (earliest): the log start offset. -1 (latest): the high watermark
 //     (= last stable offset: no transactions).
 //   - -3 (max timestamp, v7+): the first record holding the greatest timestamp.
+//   - -4 (earliest local, KIP-405): the first offset in local segments.
+//   - -5 (latest tiered, KIP-1005): the last offset in the bucket, -1 if none.
+//   - Timestamps are looked up in local segments only (a timestamp older
+//     than the local data answers the first local record).
 //   - t >= 0: the first record whose timestamp is >= t, with its timestamp;
 //     offset -1 and timestamp -1 if none. The index finds the batch; that one
 //     batch is read (and decompressed if it must be, bounded) to find the
@@ -40,7 +44,7 @@ func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest) (kmsg.Response,
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
-			off, ts, code := s.listOffset(p.log, rp.Timestamp)
+			off, ts, code := s.listOffset(p, rp.Timestamp)
 			sp.ErrorCode, sp.Offset, sp.Timestamp = code, off, ts
 			if req.Version == 0 && code == 0 && off >= 0 {
 				sp.OldStyleOffsets = []int64{off}
@@ -52,7 +56,8 @@ func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest) (kmsg.Response,
 	return resp, nil
 }
 
-func (s *Server) listOffset(lp *log.Partition, ts int64) (offset, timestamp int64, code int16) {
+func (s *Server) listOffset(p *partition, ts int64) (offset, timestamp int64, code int16) {
+	lp := p.log
 	if err := lp.Err(); err != nil {
 		return -1, -1, s.errorCode(err)
 	}
@@ -63,6 +68,20 @@ func (s *Server) listOffset(lp *log.Partition, ts int64) (offset, timestamp int6
 		return lp.HighWatermark(), -1, 0
 	case -3:
 		return s.maxTimestampOffset(lp)
+	case -4: // earliest local (KIP-405)
+		return lp.LocalStartOffset(), -1, 0
+	case -5: // latest tiered (KIP-1005): the last offset in the bucket, -1 if none
+		if s.cfg.Tier == nil {
+			return -1, -1, 0
+		}
+		m, err := s.cfg.Tier.Manifest(s.ctx, p.tierKey())
+		if err != nil {
+			return -1, -1, kerr.KafkaStorageError.Code
+		}
+		if len(m.Segments) == 0 {
+			return -1, -1, 0
+		}
+		return m.Next() - 1, -1, 0
 	}
 	if ts < 0 {
 		return -1, -1, kerr.UnsupportedVersion.Code

@@ -15,6 +15,7 @@ import (
 
 	"github.com/synapsebroker/synapse/log"
 	"github.com/synapsebroker/synapse/protocol"
+	"github.com/synapsebroker/synapse/tiering"
 )
 
 // Config configures a Server. Zero fields take the defaults shown.
@@ -42,6 +43,12 @@ type Config struct {
 	FsyncInterval time.Duration
 	// MaxOpenFiles bounds open segment files (default 1024).
 	MaxOpenFiles int
+	// Tier is the tiered object store; nil means no tiering (all data local,
+	// retention deletes it).
+	Tier *tiering.Tier
+	// MaintenanceInterval is how often retention, segment.ms rolls and
+	// tiering run over every partition (default 10 s).
+	MaintenanceInterval time.Duration
 	// Logger receives the broker's logs; nil means none.
 	Logger *zap.Logger
 	// FS replaces the file system of the log store (tests).
@@ -71,6 +78,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.MaintenanceInterval <= 0 {
+		c.MaintenanceInterval = 10 * time.Second
 	}
 	return nil
 }

@@ -15,7 +15,7 @@ func (s *Server) errorCode(err error) int16 {
 	switch {
 	case err == nil:
 		return 0
-	case errors.Is(err, log.ErrOffsetOutOfRange):
+	case errors.Is(err, log.ErrOffsetOutOfRange), errors.Is(err, log.ErrNotLocal):
 		return kerr.OffsetOutOfRange.Code
 	case errors.Is(err, log.ErrBatchTooLarge):
 		return kerr.MessageTooLarge.Code

@@ -20,6 +20,7 @@ import (
 type fetchResponse struct {
 	*kmsg.FetchResponse
 	reads [][]*log.ReadResult // [topic][partition], nil where no records
+	cold  [][][]byte          // [topic][partition]: bytes read from the tiered store
 }
 
 func (f *fetchResponse) release() {
@@ -37,7 +38,7 @@ func (f *fetchResponse) recLen(ti, pi int) int64 {
 	if r := f.reads[ti][pi]; r != nil {
 		return r.Bytes
 	}
-	return 0 // empty, not null: what Kafka sends for a partition without data
+	return int64(len(f.cold[ti][pi])) // empty, not null, without data: as Kafka
 }
 
 // writeFetch sends a fetch response: header bytes from memory, record bytes
@@ -61,10 +62,14 @@ func (c *conn) writeFetch(corr int32, f *fetchResponse) error {
 		if _, err := c.nc.Write(buf[prev:h.At]); err != nil {
 			return err
 		}
-		for _, ch := range f.reads[h.Topic][h.Part].Chunks {
-			if err := sendChunk(c.nc, tc, ch, c.scratch()); err != nil {
-				return err
+		if r := f.reads[h.Topic][h.Part]; r != nil {
+			for _, ch := range r.Chunks {
+				if err := sendChunk(c.nc, tc, ch, c.scratch()); err != nil {
+					return err
+				}
 			}
+		} else if _, err := c.nc.Write(f.cold[h.Topic][h.Part]); err != nil {
+			return err
 		}
 		prev = h.At
 	}

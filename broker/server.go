@@ -69,12 +69,34 @@ func New(cfg Config) (*Server, error) {
 		MaxOpenFiles: cfg.MaxOpenFiles,
 		Now:          cfg.Now,
 	})
-	reg, err := openRegistry(cfg.DataDir, s.store, cfg.Logger.Named("topics"))
+	restored := false
+	if cfg.Tier != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		restored, err = restoreFromTier(ctx, cfg.DataDir, cfg.Tier, cfg.Logger)
+		cancel()
+		if err != nil {
+			s.store.Close()
+			return nil, err
+		}
+	}
+	reg, err := openRegistry(cfg.DataDir, s.store, cfg.Logger.Named("topics"), cfg.Tier != nil)
 	if err != nil {
 		s.store.Close()
 		return nil, err
 	}
 	s.reg = reg
+	if cfg.Tier != nil {
+		reg.mirror = s.mirrorTopics
+		if restored {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			err := s.rebaseRestored(ctx)
+			cancel()
+			if err != nil {
+				s.Close()
+				return nil, err
+			}
+		}
+	}
 	if cfg.AdvertisedAddr != "" {
 		if s.host, s.port, err = hostPort(cfg.AdvertisedAddr); err != nil {
 			s.Close()
@@ -177,6 +199,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.mu.Unlock()
 		<-done
 	}
+	if s.cfg.Tier != nil {
+		<-s.maintDone // no upload in flight: offloadAll owns the manifests now
+		s.offloadAll(ctx)
+	}
 	s.Close()
 	return err
 }
@@ -195,13 +221,9 @@ func (s *Server) Close() {
 	})
 }
 
-// maintenanceInterval is how often retention and segment.ms rolls run over
-// every partition (Kafka's log.retention.check.interval.ms is 5 minutes).
-const maintenanceInterval = 10 * time.Second
-
 func (s *Server) maintain() {
 	defer close(s.maintDone)
-	t := time.NewTicker(maintenanceInterval)
+	t := time.NewTicker(s.cfg.MaintenanceInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -214,6 +236,10 @@ func (s *Server) maintain() {
 			for _, p := range s.reg.partitionsOf(tp) {
 				if _, err := p.log.Maintain(now); err != nil && !errors.Is(err, log.ErrClosed) {
 					s.logger.Warn("maintenance", zap.String("topic", tp.name), zap.Int32("partition", p.index), zap.Error(err))
+					continue
+				}
+				if s.cfg.Tier != nil && s.ctx.Err() == nil {
+					s.tierPartition(p, now)
 				}
 			}
 		}

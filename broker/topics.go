@@ -44,6 +44,12 @@ type registry struct {
 	dir    string
 	store  *log.Store
 	logger *zap.Logger
+	// tiered: retention is applied by the tiering layer over the whole log
+	// (local + bucket), so the log engine itself never deletes by retention.
+	tiered bool
+	// mirror, if set, is called with topics.json after every save (tiering
+	// keeps a copy in the bucket for restores).
+	mirror func([]byte)
 
 	mu     sync.RWMutex
 	topics map[string]*topic
@@ -90,8 +96,8 @@ func partitionDir(dataDir, topic string, p int32) string {
 	return filepath.Join(dataDir, topic+"-"+strconv.Itoa(int(p)))
 }
 
-func openRegistry(dataDir string, store *log.Store, logger *zap.Logger) (*registry, error) {
-	r := &registry{dir: dataDir, store: store, logger: logger, topics: map[string]*topic{}, byID: map[[16]byte]*topic{}}
+func openRegistry(dataDir string, store *log.Store, logger *zap.Logger, tiered bool) (*registry, error) {
+	r := &registry{dir: dataDir, store: store, logger: logger, tiered: tiered, topics: map[string]*topic{}, byID: map[[16]byte]*topic{}}
 	b, err := os.ReadFile(filepath.Join(dataDir, topicsFile))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
@@ -127,7 +133,7 @@ func openRegistry(dataDir string, store *log.Store, logger *zap.Logger) (*regist
 }
 
 func (r *registry) openPartition(t *topic, i int32) (*partition, error) {
-	lp, err := r.store.OpenPartition(partitionDir(r.dir, t.name, i), logConfig(t.configs))
+	lp, err := r.store.OpenPartition(partitionDir(r.dir, t.name, i), r.logConfig(t.configs))
 	if err != nil {
 		return nil, fmt.Errorf("broker: open %s-%d: %w", t.name, i, err)
 	}
@@ -178,7 +184,21 @@ func (r *registry) saveLocked() error {
 	if err != nil {
 		return err
 	}
-	return log.WriteFileAtomic(log.OSFS, filepath.Join(r.dir, topicsFile), b)
+	if err := log.WriteFileAtomic(log.OSFS, filepath.Join(r.dir, topicsFile), b); err != nil {
+		return err
+	}
+	if r.mirror != nil {
+		r.mirror(b)
+	}
+	return nil
+}
+
+func (r *registry) logConfig(set map[string]string) log.Config {
+	c := logConfig(set)
+	if r.tiered {
+		c.RetentionBytes, c.RetentionMs = -1, -1
+	}
+	return c
 }
 
 func (r *registry) get(name string) *topic {
@@ -330,7 +350,7 @@ func (r *registry) setConfigs(t *topic, configs map[string]string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t.configs = configs
-	lc := logConfig(configs)
+	lc := r.logConfig(configs)
 	for _, p := range t.partitions {
 		p.log.SetConfig(lc)
 	}

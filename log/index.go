@@ -202,3 +202,15 @@ func readIndexFile(fs FS, name string) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// IndexLookup returns the position in a segment's .log from which to scan
+// for offset, using the bytes of that segment's .index file (as uploaded to
+// object storage). An index that does not decode gives position 0: always
+// correct, only slower.
+func IndexLookup(indexFile []byte, base, offset int64) int64 {
+	_, ix, err := decodeIndex(indexFile, indexKindOffset, base)
+	if err != nil {
+		return 0
+	}
+	return ix.lookup(base, offset)
+}

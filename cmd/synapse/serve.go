@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/synapsebroker/synapse/broker"
+	"github.com/synapsebroker/synapse/tiering"
 )
 
 // serveOptions are the flags of `synapse serve`. Each has a SYNAPSE_*
@@ -34,6 +35,8 @@ type serveOptions struct {
 	maxConnections    int
 	idleTimeout       time.Duration
 	shutdownTimeout   time.Duration
+	tier              string
+	tierCacheBytes    int64
 }
 
 func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
@@ -51,6 +54,9 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.maxConnections, "max-connections", 10000, "concurrent client connections; more are closed at accept")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 10*time.Minute, "close client connections idle this long (Kafka's connections.max.idle.ms)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop waits for in-flight requests")
+	fs.StringVar(&o.tier, "tier", "", "tiered store for sealed segments: none, file://path or s3://bucket/prefix?endpoint=..&region=..&path_style=true "+
+		"(default file://<data-dir>/tier)")
+	fs.Int64Var(&o.tierCacheBytes, "tier-cache-bytes", 256<<20, "memory budget of the cold-read chunk cache")
 }
 
 func (o *serveOptions) validate() error {
@@ -129,8 +135,22 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 	if o.fsyncInterval > 0 {
 		policy = "interval " + o.fsyncInterval.String()
 	}
+	tierURL := o.tier
+	if tierURL == "" {
+		tierURL = "file://" + filepath.Join(dataDir, "tier")
+	}
+	store, err := tiering.OpenURL(ctx, tierURL)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	var tier *tiering.Tier
+	if store != nil {
+		tier = tiering.New(store, logger.Named("tiering"), o.tierCacheBytes)
+	}
 	start := time.Now()
 	srv, err := broker.New(broker.Config{
+		Tier:              tier,
 		DataDir:           dataDir,
 		AdvertisedAddr:    advertised,
 		AutoCreateTopics:  o.autoCreateTopics,
@@ -165,6 +185,7 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 		zap.String("cluster_id", srv.ClusterID()),
 		zap.String("data_dir", dataDir),
 		zap.String("fsync", policy),
+		zap.String("tier", tierURL),
 		zap.Duration("startup", time.Since(start)))
 
 	served := make(chan error, 1)

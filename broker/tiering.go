@@ -1,0 +1,149 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/synapsebroker/synapse/log"
+	"github.com/synapsebroker/synapse/tiering"
+)
+
+// Tiering glue: what the broker does with a tiering.Tier. The maintenance
+// loop uploads sealed segments, releases local copies outside the hot budget
+// and applies retention over the whole log; fetches below the local start
+// are served from the bucket; topics.json is mirrored to the bucket, and an
+// empty data directory is restored from it.
+
+// metaKey is where topics.json is mirrored in the bucket.
+const metaKey = "_synapse/topics.json"
+
+func (p *partition) tierKey() tiering.PartitionKey {
+	return tiering.PartitionKey{Topic: p.topic.name, TopicID: p.topic.id, Partition: p.index}
+}
+
+// tierOpTimeout bounds one partition's tiering work per maintenance pass.
+const tierOpTimeout = 2 * time.Minute
+
+// tierPartition runs one partition's tiering step.
+func (s *Server) tierPartition(p *partition, now time.Time) {
+	t := s.cfg.Tier
+	ctx, cancel := context.WithTimeout(s.ctx, tierOpTimeout)
+	defer cancel()
+	pk := p.tierKey()
+	l := s.logger.With(zap.String("topic", p.topic.name), zap.Int32("partition", p.index))
+	if _, err := t.Upload(ctx, pk, p.log); err != nil {
+		l.Warn("upload to the tiered store", zap.Error(err)) // retried next pass
+		return
+	}
+	set := s.reg.configsOf(p.topic)
+	keepBytes := localRetention(set, "local.retention.bytes", "retention.bytes")
+	keepMs := localRetention(set, "local.retention.ms", "retention.ms")
+	if _, err := t.ReleaseLocal(ctx, pk, p.log, keepBytes, keepMs, now); err != nil {
+		l.Warn("release local segments", zap.Error(err))
+	}
+	if err := t.ApplyRetention(ctx, pk, p.log, configInt(set, "retention.bytes"), configInt(set, "retention.ms"), now); err != nil {
+		l.Warn("retention in the tiered store", zap.Error(err))
+	}
+}
+
+// localRetention reads local.retention.*; -2 means "as retention.*", as in
+// Kafka (KIP-405).
+func localRetention(set map[string]string, local, whole string) int64 {
+	v := configInt(set, local)
+	if v == -2 {
+		return configInt(set, whole)
+	}
+	return v
+}
+
+// coldRead serves a fetch below the local start from the bucket.
+func (s *Server) coldRead(p *partition, offset, maxBytes int64) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	b, _, err := s.cfg.Tier.Read(ctx, p.tierKey(), offset, maxBytes)
+	if errors.Is(err, tiering.ErrOffsetNotTiered) {
+		return nil, log.ErrOffsetOutOfRange
+	}
+	return b, err
+}
+
+// mirrorTopics copies topics.json to the bucket (best effort: a failure is
+// logged and the next save or start tries again).
+func (s *Server) mirrorTopics(b []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.cfg.Tier.Store().Put(ctx, metaKey, bytes.NewReader(b), int64(len(b))); err != nil {
+		s.logger.Warn("mirror topics to the tiered store", zap.Error(err))
+	}
+}
+
+// restoreFromTier fills an empty data directory from the bucket: topics.json
+// comes back, every partition is created empty and rebased at the offset
+// after its last uploaded segment, so old data is served cold and new data
+// continues the log. It reports whether anything was restored.
+func restoreFromTier(ctx context.Context, dataDir string, t *tiering.Tier, logger *zap.Logger) (bool, error) {
+	if _, err := os.Stat(filepath.Join(dataDir, topicsFile)); err == nil {
+		return false, nil
+	}
+	b, err := t.Store().GetRange(ctx, metaKey, 0, -1)
+	if errors.Is(err, tiering.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("broker: restore: read %s from the tiered store: %w", metaKey, err)
+	}
+	if err := log.WriteFileAtomic(log.OSFS, filepath.Join(dataDir, topicsFile), b); err != nil {
+		return false, err
+	}
+	logger.Info("restoring topics from the tiered store", zap.Int("bytes", len(b)))
+	return true, nil
+}
+
+// rebaseRestored starts each empty partition where the bucket's log ends.
+func (s *Server) rebaseRestored(ctx context.Context) error {
+	for _, t := range s.reg.all() {
+		for _, p := range s.reg.partitionsOf(t) {
+			if p.log.LogEndOffset() != 0 {
+				continue
+			}
+			m, err := s.cfg.Tier.Manifest(ctx, p.tierKey())
+			if err != nil {
+				return fmt.Errorf("broker: restore %s-%d: %w", t.name, p.index, err)
+			}
+			if m.Next() == 0 && m.LogStartOffset == 0 {
+				continue
+			}
+			if err := p.log.Rebase(m.Next(), m.LogStartOffset); err != nil {
+				return fmt.Errorf("broker: restore %s-%d: %w", t.name, p.index, err)
+			}
+			s.logger.Info("restored partition from the tiered store", zap.String("topic", t.name),
+				zap.Int32("partition", p.index), zap.Int64("log_start_offset", m.LogStartOffset), zap.Int64("next_offset", m.Next()))
+		}
+	}
+	return nil
+}
+
+// offloadAll seals and uploads every partition's data: a graceful stop
+// leaves the bucket complete.
+func (s *Server) offloadAll(ctx context.Context) {
+	for _, t := range s.reg.all() {
+		for _, p := range s.reg.partitionsOf(t) {
+			if ctx.Err() != nil {
+				return
+			}
+			if err := p.log.Roll(); err != nil {
+				continue
+			}
+			if _, err := s.cfg.Tier.Upload(ctx, p.tierKey(), p.log); err != nil {
+				s.logger.Warn("final upload", zap.String("topic", t.name), zap.Int32("partition", p.index), zap.Error(err))
+			}
+		}
+	}
+}

@@ -1,0 +1,144 @@
+package broker
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/synapsebroker/synapse/tiering"
+)
+
+func startTiered(t *testing.T, dir string, tier *tiering.Tier) *testServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{DataDir: dir, AutoCreateTopics: true, Tier: tier, MaintenanceInterval: 50 * time.Millisecond,
+		Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{Server: s, addr: ln.Addr().String(), dir: dir, done: make(chan error, 1)}
+	go func() { ts.done <- s.Serve(ln) }()
+	t.Cleanup(func() { ts.stop(t) })
+	return ts
+}
+
+func localLogFiles(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && strings.HasSuffix(p, ".log") && !strings.Contains(p, string(filepath.Separator)+"tier") {
+			n++
+		}
+		return nil
+	})
+	return n
+}
+
+// TestTieringOffloadColdReadRestore: small segments go to the bucket and
+// leave the disk; everything is consumed byte-exact from offset 0 (cold),
+// then again after a restart with an empty data directory (restore), and
+// new records continue at the right offset.
+func TestTieringOffloadColdReadRestore(t *testing.T) {
+	store := tiering.NewMemStore()
+	dir := t.TempDir()
+	ts := startTiered(t, dir, tiering.New(store, nil, 8<<20))
+	_, adm := client(t, ts.addr)
+	ctx := ctxT(t)
+	cfg := map[string]*string{"segment.bytes": kstr("20000"), "local.retention.bytes": kstr("0"), "retention.ms": kstr("-1")}
+	if _, err := adm.CreateTopic(ctx, 2, 1, cfg, "cold"); err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerLinger(0))
+	var sent []*kgo.Record
+	for i := 0; i < 600; i++ {
+		r := &kgo.Record{Topic: "cold", Partition: int32(i % 2), Key: []byte(fmt.Sprint(i)), Value: bytes.Repeat([]byte{byte(i)}, 500)}
+		sent = append(sent, r)
+	}
+	for i := 0; i < len(sent); i += 20 { // ~10 KB batches: several segments
+		if err := pr.ProduceSync(ctx, sent[i:i+20]...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Wait until sealed segments are uploaded and gone from the disk.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		tp := ts.reg.get("cold")
+		p0 := ts.reg.partition(tp, 0)
+		if p0.log.LocalStartOffset() > 0 && localLogFiles(t, dir) <= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("segments never left the disk: local start %d, %d local .log files", p0.log.LocalStartOffset(), localLogFiles(t, dir))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	check := func(addr string) {
+		t.Helper()
+		got := consumeAll(t, addr, "cold", len(sent))
+		byKey := map[string][]byte{}
+		for _, r := range got {
+			byKey[string(r.Key)] = r.Value
+		}
+		for _, r := range sent {
+			if !bytes.Equal(byKey[string(r.Key)], r.Value) {
+				t.Fatalf("record %s not read back byte-exact", r.Key)
+			}
+		}
+	}
+	check(ts.addr) // cold
+	check(ts.addr) // cache
+	end0 := ts.reg.partition(ts.reg.get("cold"), 0).log.LogEndOffset()
+
+	// Lose the disk: a new broker on an empty directory and the same bucket.
+	ts.stop(t)
+	dir2 := t.TempDir()
+	ts2 := startTiered(t, dir2, tiering.New(store, nil, 8<<20))
+	check(ts2.addr)
+	p0 := ts2.reg.partition(ts2.reg.get("cold"), 0)
+	if p0.log.LogEndOffset() != end0 {
+		t.Fatalf("restored partition ends at %d, was %d", p0.log.LogEndOffset(), end0)
+	}
+	pr2, _ := client(t, ts2.addr, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	res := pr2.ProduceSync(ctx, &kgo.Record{Topic: "cold", Partition: 0, Value: []byte("after restore")})
+	if err := res.FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := res.First(); r.Offset != end0 {
+		t.Fatalf("first record after restore at %d, want %d", r.Offset, end0)
+	}
+	// ListOffsets -4 (earliest local) and -5 (latest tiered).
+	for _, q := range []struct {
+		ts   int64
+		want func(int64) bool
+	}{{-4, func(o int64) bool { return o == end0 }}, {-5, func(o int64) bool { return o >= 0 && o < end0 }}} {
+		req := kmsg.NewPtrListOffsetsRequest()
+		req.Version = 9
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = "cold"
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Timestamp = q.ts
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, pr2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := resp.Topics[0].Partitions[0]; p.ErrorCode != 0 || !q.want(p.Offset) {
+			t.Fatalf("ListOffsets %d: %+v (log end before restore %d)", q.ts, p, end0)
+		}
+	}
+}
+
+func kstr(s string) *string { return &s }

@@ -1,0 +1,73 @@
+package tiering
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Manifest is a partition's record of what lives in object storage. It is
+// written last, after every object it names: it is the commit point, so it
+// never names a missing object. Versioned JSON:
+//
+//	{"version":1,"log_start_offset":N,"segments":[{"base":..,"next":..,"size":..,"max_timestamp":..,"crc32c":..}]}
+//
+// Segments are contiguous: each one's base is the previous one's next.
+type Manifest struct {
+	Version        int           `json:"version"`
+	LogStartOffset int64         `json:"log_start_offset"`
+	Segments       []SegmentMeta `json:"segments"`
+}
+
+// SegmentMeta describes one uploaded segment.
+type SegmentMeta struct {
+	Base         int64  `json:"base"`
+	Next         int64  `json:"next"` // offset after its last batch
+	Size         int64  `json:"size"`
+	MaxTimestamp int64  `json:"max_timestamp"`
+	CRC32C       uint32 `json:"crc32c"` // of the whole .log object
+}
+
+// Next is the offset after the last uploaded segment (the log start if none).
+func (m *Manifest) Next() int64 {
+	if n := len(m.Segments); n > 0 {
+		return m.Segments[n-1].Next
+	}
+	return m.LogStartOffset
+}
+
+// find returns the segment holding offset, or nil.
+func (m *Manifest) find(offset int64) *SegmentMeta {
+	for i := range m.Segments {
+		if s := &m.Segments[i]; s.Base <= offset && offset < s.Next {
+			return s
+		}
+	}
+	return nil
+}
+
+func (m *Manifest) clone() *Manifest {
+	c := *m
+	c.Segments = append([]SegmentMeta(nil), m.Segments...)
+	return &c
+}
+
+func (m *Manifest) encode() ([]byte, error) {
+	m.Version = 1
+	return json.Marshal(m)
+}
+
+func decodeManifest(b []byte) (*Manifest, error) {
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("tiering: manifest: %w", err)
+	}
+	if m.Version != 1 {
+		return nil, fmt.Errorf("tiering: manifest version %d", m.Version)
+	}
+	for i := 1; i < len(m.Segments); i++ {
+		if m.Segments[i].Base != m.Segments[i-1].Next {
+			return nil, fmt.Errorf("tiering: manifest segments not contiguous at %d", m.Segments[i].Base)
+		}
+	}
+	return &m, nil
+}

@@ -1,0 +1,201 @@
+package tiering
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/synapsebroker/synapse/log"
+)
+
+// chunkSize is the alignment of cold-read ranged GETs: a read fetches the
+// aligned chunks covering what it needs, never a whole segment for a small
+// read, and sequential catch-up reads hit the cache for the rest of a chunk.
+const chunkSize = 1 << 20
+
+// ErrOffsetNotTiered means the offset is not in any uploaded segment.
+var ErrOffsetNotTiered = errors.New("tiering: offset not in the bucket")
+
+// Read returns whole batches from the bucket starting with the batch that
+// contains offset (always that batch, then more while they fit maxBytes),
+// each CRC-checked: a corrupt object is an error (and its chunks are dropped
+// from the cache so the next read fetches them again), never garbage. It
+// also returns the offset after the last batch returned.
+func (t *Tier) Read(ctx context.Context, pk PartitionKey, offset, maxBytes int64) ([]byte, int64, error) {
+	m, err := t.Manifest(ctx, pk)
+	if err != nil {
+		return nil, 0, err
+	}
+	seg := m.find(max(offset, m.LogStartOffset))
+	if seg == nil {
+		return nil, 0, ErrOffsetNotTiered
+	}
+	key := pk.segmentKey(seg.Base, ".log")
+	pos := log.IndexLookup(t.index(ctx, pk, seg.Base), seg.Base, offset)
+	var out []byte
+	next := offset
+	for pos < seg.Size {
+		hdr, err := t.readAt(ctx, key, seg.Size, pos, log.BatchHeaderSize)
+		if err != nil {
+			return nil, 0, err
+		}
+		h, err := log.ParseBatchHeader(hdr)
+		if err != nil || pos+int64(h.Length) > seg.Size {
+			t.cache.dropKey(key)
+			return nil, 0, fmt.Errorf("tiering: %s at byte %d: bad batch header: %v", key, pos, err)
+		}
+		if h.LastOffset() < offset {
+			pos += int64(h.Length)
+			continue
+		}
+		if len(out) > 0 && int64(len(out))+int64(h.Length) > maxBytes {
+			break
+		}
+		b, err := t.readAt(ctx, key, seg.Size, pos, int64(h.Length))
+		if err != nil {
+			return nil, 0, err
+		}
+		if !log.VerifyBatch(b, &h) {
+			t.cache.dropKey(key)
+			t.errs.Add(1)
+			return nil, 0, fmt.Errorf("tiering: %s at byte %d: crc mismatch in batch %d", key, pos, h.BaseOffset)
+		}
+		out = append(out, b...)
+		next = h.NextOffset()
+		pos += int64(h.Length)
+		if int64(len(out)) >= maxBytes {
+			break
+		}
+	}
+	return out, next, nil
+}
+
+// index returns the remote .index object of a segment (nil if missing).
+func (t *Tier) index(ctx context.Context, pk PartitionKey, base int64) []byte {
+	key := pk.segmentKey(base, ".index")
+	t.mu.Lock()
+	b, ok := t.indexes[key]
+	t.mu.Unlock()
+	if ok {
+		return b
+	}
+	b, err := t.store.GetRange(ctx, key, 0, -1)
+	if err != nil {
+		b = nil
+	}
+	t.downloadedBytes.Add(int64(len(b)))
+	t.mu.Lock()
+	t.indexes[key] = b
+	t.mu.Unlock()
+	return b
+}
+
+// readAt returns n bytes of an object at pos through the chunk cache.
+func (t *Tier) readAt(ctx context.Context, key string, size, pos, n int64) ([]byte, error) {
+	out := make([]byte, 0, n)
+	for n > 0 {
+		ci := pos / chunkSize
+		c, err := t.chunk(ctx, key, size, ci)
+		if err != nil {
+			return nil, err
+		}
+		off := pos - ci*chunkSize
+		take := min(n, int64(len(c))-off)
+		if take <= 0 {
+			return nil, fmt.Errorf("tiering: %s: read past the object at %d", key, pos)
+		}
+		out = append(out, c[off:off+take]...)
+		pos += take
+		n -= take
+	}
+	return out, nil
+}
+
+func (t *Tier) chunk(ctx context.Context, key string, size, ci int64) ([]byte, error) {
+	if c := t.cache.get(key, ci); c != nil {
+		return c, nil
+	}
+	start := ci * chunkSize
+	n := min(chunkSize, size-start)
+	c, err := t.store.GetRange(ctx, key, start, n)
+	if err != nil {
+		t.errs.Add(1)
+		return nil, err
+	}
+	t.downloadedBytes.Add(int64(len(c)))
+	t.cache.put(key, ci, c)
+	return c, nil
+}
+
+// chunkCache is an LRU of object chunks bounded in bytes.
+type chunkCache struct {
+	mu           sync.Mutex
+	max, size    int64
+	lru          list.List // of *chunkEntry, front = most recent
+	byKey        map[chunkID]*list.Element
+	hits, misses int64
+}
+
+type chunkID struct {
+	key string
+	ci  int64
+}
+
+type chunkEntry struct {
+	id   chunkID
+	data []byte
+}
+
+func newChunkCache(max int64) *chunkCache {
+	return &chunkCache{max: max, byKey: map[chunkID]*list.Element{}}
+}
+
+func (c *chunkCache) get(key string, ci int64) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.byKey[chunkID{key, ci}]; ok {
+		c.lru.MoveToFront(e)
+		c.hits++
+		return e.Value.(*chunkEntry).data
+	}
+	c.misses++
+	return nil
+}
+
+func (c *chunkCache) put(key string, ci int64, data []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id := chunkID{key, ci}
+	if _, ok := c.byKey[id]; ok {
+		return
+	}
+	c.byKey[id] = c.lru.PushFront(&chunkEntry{id, data})
+	c.size += int64(len(data))
+	for c.size > c.max {
+		e := c.lru.Back()
+		ce := e.Value.(*chunkEntry)
+		c.lru.Remove(e)
+		delete(c.byKey, ce.id)
+		c.size -= int64(len(ce.data))
+	}
+}
+
+func (c *chunkCache) dropKey(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, e := range c.byKey {
+		if id.key == key {
+			c.lru.Remove(e)
+			delete(c.byKey, id)
+			c.size -= int64(len(e.Value.(*chunkEntry).data))
+		}
+	}
+}
+
+func (c *chunkCache) stats() (int64, int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hits, c.misses
+}

@@ -1,0 +1,465 @@
+package tiering
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+)
+
+const (
+	// DefaultS3PartSize is the multipart threshold and part size when
+	// S3Config.PartSize is 0.
+	DefaultS3PartSize = 16 << 20
+	// MinS3PartSize is the smallest part S3 accepts (but for the last).
+	MinS3PartSize = 5 << 20
+	// maxS3Parts is S3's limit on parts in one multipart upload.
+	maxS3Parts = 10000
+)
+
+// S3Config selects a bucket (and key prefix) on S3 or an S3-compatible
+// server. Everything left empty comes from the standard AWS settings
+// (environment, shared config files, credential chain).
+type S3Config struct {
+	Bucket string
+	// Prefix is put before every key, joined with "/".
+	Prefix string
+	// Endpoint is a custom endpoint URL, e.g. http://127.0.0.1:7070. Empty:
+	// AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL / shared config, else AWS.
+	Endpoint string
+	// Region defaults to AWS_REGION (or the shared config), else us-east-1.
+	Region string
+	// PathStyle addresses the bucket in the path (http://host/bucket/key)
+	// instead of the host name. It is forced on when the endpoint's host is
+	// an IP address or localhost, where virtual-hosted style cannot work.
+	PathStyle bool
+	// AccessKey and SecretKey, if set, are used as static credentials;
+	// otherwise the standard AWS credential chain is.
+	AccessKey, SecretKey string
+	// PartSize is the multipart threshold and part size (default 16 MiB,
+	// at least 5 MiB). Objects larger than it are uploaded in parts.
+	PartSize int64
+}
+
+// ParseS3URL parses s3://bucket/prefix?endpoint=URL&region=R&path_style=true.
+// The query parameters are optional (part_size=BYTES is accepted too);
+// settings it does not give are left empty for NewS3 to take from the
+// standard AWS environment (AWS_ENDPOINT_URL_S3, AWS_REGION, ...).
+func ParseS3URL(u string) (S3Config, error) {
+	var c S3Config
+	pu, err := url.Parse(u)
+	if err != nil {
+		return c, fmt.Errorf("tiering: bad s3 url %q: %w", u, err)
+	}
+	if pu.Scheme != "s3" {
+		return c, fmt.Errorf("tiering: bad s3 url %q: scheme is not s3", u)
+	}
+	if pu.User != nil || pu.Port() != "" || pu.Fragment != "" {
+		return c, fmt.Errorf("tiering: bad s3 url %q: want s3://bucket/prefix?params", u)
+	}
+	c.Bucket = pu.Host
+	if c.Bucket == "" {
+		return c, fmt.Errorf("tiering: bad s3 url %q: no bucket", u)
+	}
+	c.Prefix = strings.Trim(pu.Path, "/")
+	q, err := url.ParseQuery(pu.RawQuery)
+	if err != nil {
+		return c, fmt.Errorf("tiering: bad s3 url %q: %w", u, err)
+	}
+	for name, vals := range q {
+		v := vals[len(vals)-1]
+		switch name {
+		case "endpoint":
+			eu, err := url.Parse(v)
+			if err != nil || (eu.Scheme != "http" && eu.Scheme != "https") || eu.Host == "" {
+				return c, fmt.Errorf("tiering: bad s3 url %q: endpoint %q is not an http(s) URL", u, v)
+			}
+			c.Endpoint = v
+		case "region":
+			c.Region = v
+		case "path_style":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return c, fmt.Errorf("tiering: bad s3 url %q: path_style=%q", u, v)
+			}
+			c.PathStyle = b
+		case "part_size":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < MinS3PartSize {
+				return c, fmt.Errorf("tiering: bad s3 url %q: part_size=%q (want bytes >= %d)", u, v, MinS3PartSize)
+			}
+			c.PartSize = n
+		default:
+			return c, fmt.Errorf("tiering: bad s3 url %q: unknown parameter %q", u, name)
+		}
+	}
+	return c, nil
+}
+
+// S3 is an ObjectStore on an S3 bucket (aws-sdk-go-v2). It retries nothing
+// itself beyond the SDK's default retryer.
+type S3 struct {
+	client   *s3.Client
+	bucket   string
+	prefix   string // "" or ends with "/"
+	partSize int64
+}
+
+var _ ObjectStore = (*S3)(nil)
+
+// NewS3 returns a store on c.Bucket. It does not contact the server.
+func NewS3(ctx context.Context, c S3Config) (*S3, error) {
+	if c.Bucket == "" {
+		return nil, errors.New("tiering: s3: no bucket")
+	}
+	if (c.AccessKey == "") != (c.SecretKey == "") {
+		return nil, errors.New("tiering: s3: access key and secret key go together")
+	}
+	partSize := c.PartSize
+	if partSize == 0 {
+		partSize = DefaultS3PartSize
+	}
+	if partSize < MinS3PartSize {
+		return nil, fmt.Errorf("tiering: s3: part size %d below the S3 minimum %d", partSize, MinS3PartSize)
+	}
+	var opts []func(*config.LoadOptions) error
+	if c.Region != "" {
+		opts = append(opts, config.WithRegion(c.Region))
+	}
+	if c.AccessKey != "" {
+		opts = append(opts, config.WithCredentialsProvider(
+			credentials.NewStaticCredentialsProvider(c.AccessKey, c.SecretKey, "")))
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("tiering: s3: load aws config: %w", err)
+	}
+	if awsCfg.Region == "" {
+		awsCfg.Region = "us-east-1"
+	}
+	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) {
+		// o.BaseEndpoint already holds what AWS_ENDPOINT_URL_S3 etc. say.
+		if c.Endpoint != "" {
+			o.BaseEndpoint = aws.String(c.Endpoint)
+		}
+		o.UsePathStyle = c.PathStyle || needsPathStyle(o.BaseEndpoint)
+	})
+	prefix := strings.Trim(c.Prefix, "/")
+	if prefix != "" {
+		prefix += "/"
+	}
+	return &S3{client: client, bucket: c.Bucket, prefix: prefix, partSize: partSize}, nil
+}
+
+// needsPathStyle reports whether endpoint's host is an IP address or
+// localhost, which cannot carry the bucket as a subdomain.
+func needsPathStyle(endpoint *string) bool {
+	if endpoint == nil || *endpoint == "" {
+		return false
+	}
+	u, err := url.Parse(*endpoint)
+	if err != nil {
+		return false
+	}
+	h := u.Hostname()
+	return h == "localhost" || net.ParseIP(h) != nil
+}
+
+// Client returns the underlying SDK client (for benchmarks and tools).
+func (s *S3) Client() *s3.Client { return s.client }
+
+// Bucket returns the bucket name.
+func (s *S3) Bucket() string { return s.bucket }
+
+// ObjectKey returns the full object key for key (with the prefix).
+func (s *S3) ObjectKey(key string) string { return s.prefix + key }
+
+// String describes the store as s3://bucket/prefix.
+func (s *S3) String() string {
+	return "s3://" + s.bucket + "/" + strings.TrimSuffix(s.prefix, "/")
+}
+
+func (s *S3) checkKey(op, key string) error {
+	if key == "" || strings.HasPrefix(key, "/") {
+		return fmt.Errorf("s3 %s: invalid key %q", op, key)
+	}
+	return nil
+}
+
+// s3Err wraps err from op on key, adding ErrNotFound, ErrExists or
+// ErrBadRange where the S3 error means that (sentinel and cause both stay
+// reachable with errors.Is/As).
+func (s *S3) s3Err(op, key string, err error) error {
+	var sentinel error
+	code, status := "", 0
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		code = ae.ErrorCode()
+	}
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) {
+		status = re.HTTPStatusCode()
+	}
+	switch {
+	case code == "NoSuchKey" || code == "NotFound" ||
+		(status == http.StatusNotFound && code != "NoSuchBucket" && code != "NoSuchUpload"):
+		sentinel = ErrNotFound
+	case op == "put-if-absent" && (status == http.StatusPreconditionFailed || code == "PreconditionFailed" ||
+		code == "ConditionalRequestConflict"):
+		sentinel = ErrExists
+	case status == http.StatusRequestedRangeNotSatisfiable || code == "InvalidRange":
+		sentinel = ErrBadRange
+	}
+	where := fmt.Sprintf("s3 %s s3://%s/%s", op, s.bucket, s.prefix+key)
+	if sentinel != nil {
+		return fmt.Errorf("%s: %w: %w", where, sentinel, err)
+	}
+	return fmt.Errorf("%s: %w", where, err)
+}
+
+// Put implements ObjectStore: one PutObject up to the part size, a
+// multipart upload above it.
+func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	return s.put(ctx, "put", key, r, size)
+}
+
+// PutIfAbsent implements ObjectStore with If-None-Match: * (on PutObject or
+// on CompleteMultipartUpload).
+func (s *S3) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
+	return s.put(ctx, "put-if-absent", key, r, size)
+}
+
+func (s *S3) put(ctx context.Context, op, key string, r io.Reader, size int64) error {
+	if err := s.checkKey(op, key); err != nil {
+		return err
+	}
+	if size < 0 {
+		return fmt.Errorf("s3 %s %q: negative size %d", op, key, size)
+	}
+	var ifNoneMatch *string
+	if op == "put-if-absent" {
+		ifNoneMatch = aws.String("*")
+	}
+	if size > s.partSize {
+		return s.putMultipart(ctx, op, key, r, size, ifNoneMatch)
+	}
+	// The body is buffered so the SDK can sign it and compute its checksum
+	// up front (a plain io.Reader cannot be rewound).
+	buf, err := readBody(r, size)
+	if err != nil {
+		return fmt.Errorf("s3 %s %q: %w", op, key, err)
+	}
+	_, err = s.client.PutObject(ctx, &s3.PutObjectInput{
+		Bucket:        aws.String(s.bucket),
+		Key:           aws.String(s.prefix + key),
+		Body:          bytes.NewReader(buf),
+		ContentLength: aws.Int64(size),
+		IfNoneMatch:   ifNoneMatch,
+	})
+	if err != nil {
+		return s.s3Err(op, key, err)
+	}
+	return nil
+}
+
+func (s *S3) putMultipart(ctx context.Context, op, key string, r io.Reader, size int64, ifNoneMatch *string) (err error) {
+	partSize := s.partSize
+	if (size+partSize-1)/partSize > maxS3Parts {
+		partSize = (size + maxS3Parts - 1) / maxS3Parts
+	}
+	full := aws.String(s.prefix + key)
+	cr, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{
+		Bucket:            aws.String(s.bucket),
+		Key:               full,
+		ChecksumAlgorithm: types.ChecksumAlgorithmCrc32,
+	})
+	if err != nil {
+		return s.s3Err(op+" (create multipart)", key, err)
+	}
+	uploadID := cr.UploadId
+	defer func() {
+		if err == nil {
+			return
+		}
+		// Best effort, even if ctx is what failed.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_, _ = s.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{
+			Bucket:   aws.String(s.bucket),
+			Key:      full,
+			UploadId: uploadID,
+		})
+	}()
+	buf := make([]byte, partSize)
+	var parts []types.CompletedPart
+	for off, num := int64(0), int32(1); off < size; off, num = off+partSize, num+1 {
+		n := min(partSize, size-off)
+		if _, err := io.ReadFull(r, buf[:n]); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("s3 %s %q: read body at %d of %d: %w", op, key, off, size, err)
+		}
+		up, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
+			Bucket:            aws.String(s.bucket),
+			Key:               full,
+			UploadId:          uploadID,
+			PartNumber:        aws.Int32(num),
+			Body:              bytes.NewReader(buf[:n]),
+			ContentLength:     aws.Int64(n),
+			ChecksumAlgorithm: types.ChecksumAlgorithmCrc32,
+		})
+		if err != nil {
+			return s.s3Err(fmt.Sprintf("%s (part %d)", op, num), key, err)
+		}
+		parts = append(parts, types.CompletedPart{
+			ETag:          up.ETag,
+			PartNumber:    aws.Int32(num),
+			ChecksumCRC32: up.ChecksumCRC32,
+		})
+	}
+	_, err = s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+		Bucket:          aws.String(s.bucket),
+		Key:             full,
+		UploadId:        uploadID,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
+		IfNoneMatch:     ifNoneMatch,
+	})
+	if err != nil {
+		return s.s3Err(op, key, err)
+	}
+	return nil
+}
+
+// GetRange implements ObjectStore with a ranged GetObject.
+func (s *S3) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	if err := s.checkKey("get", key); err != nil {
+		return nil, err
+	}
+	if off < 0 {
+		return nil, fmt.Errorf("s3 get %q: offset %d: %w", key, off, ErrBadRange)
+	}
+	if n == 0 {
+		// No byte range is empty in HTTP: check with HEAD.
+		size, err := s.size(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := checkRange(key, size, off, 0); err != nil {
+			return nil, fmt.Errorf("s3 %w", err)
+		}
+		return []byte{}, nil
+	}
+	in := &s3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(s.prefix + key)}
+	switch {
+	case n > 0:
+		in.Range = aws.String(fmt.Sprintf("bytes=%d-%d", off, off+n-1))
+	case off > 0:
+		in.Range = aws.String(fmt.Sprintf("bytes=%d-", off))
+	}
+	// (off 0 to the end sends no Range: a range of an empty object is 416.)
+	out, err := s.client.GetObject(ctx, in)
+	if err != nil {
+		err = s.s3Err("get", key, err)
+		if n < 0 && errors.Is(err, ErrBadRange) {
+			// Reading from the very end is not past it.
+			size, herr := s.size(ctx, key)
+			if herr == nil && size == off {
+				return []byte{}, nil
+			}
+		}
+		return nil, err
+	}
+	defer out.Body.Close()
+	var buf []byte
+	if n > 0 {
+		buf = make([]byte, n)
+		got, err := io.ReadFull(out.Body, buf)
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			// The server clipped the range at the end of the object.
+			return nil, fmt.Errorf("s3 get %q [%d,+%d): got %d bytes: %w", key, off, n, got, ErrBadRange)
+		}
+		if err != nil {
+			return nil, s.s3Err("get", key, err)
+		}
+	} else {
+		b := bytes.NewBuffer(make([]byte, 0, max(aws.ToInt64(out.ContentLength), 0)))
+		if _, err := b.ReadFrom(out.Body); err != nil {
+			return nil, s.s3Err("get", key, err)
+		}
+		buf = b.Bytes()
+	}
+	return buf, nil
+}
+
+// size returns the object's size with HeadObject.
+func (s *S3) size(ctx context.Context, key string) (int64, error) {
+	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{
+		Bucket: aws.String(s.bucket),
+		Key:    aws.String(s.prefix + key),
+	})
+	if err != nil {
+		return 0, s.s3Err("head", key, err)
+	}
+	return aws.ToInt64(out.ContentLength), nil
+}
+
+// Delete implements ObjectStore.
+func (s *S3) Delete(ctx context.Context, key string) error {
+	if err := s.checkKey("delete", key); err != nil {
+		return err
+	}
+	_, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{
+		Bucket: aws.String(s.bucket),
+		Key:    aws.String(s.prefix + key),
+	})
+	if err != nil {
+		err = s.s3Err("delete", key, err)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+// List implements ObjectStore with ListObjectsV2; keys come back without
+// the store's prefix.
+func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
+	p := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{
+		Bucket: aws.String(s.bucket),
+		Prefix: aws.String(s.prefix + prefix),
+	})
+	var keys []string
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, s.s3Err("list", prefix, err)
+		}
+		for _, o := range page.Contents {
+			k := aws.ToString(o.Key)
+			if !strings.HasPrefix(k, s.prefix) {
+				continue
+			}
+			keys = append(keys, k[len(s.prefix):])
+		}
+	}
+	sort.Strings(keys)
+	return keys, nil
+}

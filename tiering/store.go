@@ -1,0 +1,40 @@
+// Package tiering offloads sealed segments to object storage (S3 via
+// aws-sdk-go-v2, a local directory, in-memory for tests), keeps the
+// per-partition manifest, serves cold reads and restores a broker from its
+// bucket. It imports log, never broker.
+package tiering
+
+import (
+	"context"
+	"errors"
+	"io"
+)
+
+// ErrNotFound means the object does not exist.
+var ErrNotFound = errors.New("tiering: object not found")
+
+// ErrExists means a conditional create found the object already there.
+var ErrExists = errors.New("tiering: object already exists")
+
+// ObjectStore is the slice of an object store tiering needs. It is an
+// interface because it has several real implementations: S3 (and any
+// S3-compatible server), a local directory, and memory.
+//
+// Keys are slash-separated and never start with a slash. Every method is
+// safe for concurrent use. Implementations retry nothing: the caller owns
+// retry policy (see retry.go).
+type ObjectStore interface {
+	// Put stores size bytes from r under key, replacing any object there.
+	// The object is visible whole or not at all.
+	Put(ctx context.Context, key string, r io.Reader, size int64) error
+	// PutIfAbsent is Put that fails with ErrExists if key exists
+	// (S3: If-None-Match: *).
+	PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error
+	// GetRange returns n bytes of key starting at off (n < 0: to the end).
+	// A range past the end is an error; ErrNotFound if the key is missing.
+	GetRange(ctx context.Context, key string, off, n int64) ([]byte, error)
+	// Delete removes key; deleting a missing key is not an error.
+	Delete(ctx context.Context, key string) error
+	// List returns the keys under prefix, sorted.
+	List(ctx context.Context, prefix string) ([]string, error)
+}

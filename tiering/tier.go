@@ -1,0 +1,321 @@
+package tiering
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/synapsebroker/synapse/log"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// PartitionKey names a partition in the bucket.
+type PartitionKey struct {
+	Topic     string
+	TopicID   [16]byte
+	Partition int32
+}
+
+func (k PartitionKey) dir() string {
+	return fmt.Sprintf("%s-%x/%d", k.Topic, k.TopicID, k.Partition)
+}
+
+func (k PartitionKey) segmentKey(base int64, ext string) string {
+	return fmt.Sprintf("%s/%020d%s", k.dir(), base, ext)
+}
+
+func (k PartitionKey) manifestKey() string { return k.dir() + "/manifest.json" }
+
+// Stats are the operator's figures.
+type Stats struct {
+	UploadedBytes, UploadedSegments int64
+	DownloadedBytes                 int64
+	CacheHits, CacheMisses          int64
+	Errors                          int64
+}
+
+// Tier is a broker's tiered store: uploads, manifests, cold reads.
+type Tier struct {
+	store  ObjectStore
+	logger *zap.Logger
+	cache  *chunkCache
+
+	mu        sync.Mutex
+	manifests map[PartitionKey]*Manifest
+	indexes   map[string][]byte // remote .index objects by key
+
+	uploadedBytes, uploadedSegments, downloadedBytes, errs atomic.Int64
+}
+
+// New returns a Tier over store. cacheBytes bounds the cold-read chunk
+// cache (default 256 MiB).
+func New(store ObjectStore, logger *zap.Logger, cacheBytes int64) *Tier {
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	if cacheBytes <= 0 {
+		cacheBytes = 256 << 20
+	}
+	return &Tier{store: store, logger: logger, cache: newChunkCache(cacheBytes),
+		manifests: map[PartitionKey]*Manifest{}, indexes: map[string][]byte{}}
+}
+
+// Store returns the underlying object store.
+func (t *Tier) Store() ObjectStore { return t.store }
+
+// Stats returns a snapshot of the counters.
+func (t *Tier) Stats() Stats {
+	h, m := t.cache.stats()
+	return Stats{UploadedBytes: t.uploadedBytes.Load(), UploadedSegments: t.uploadedSegments.Load(),
+		DownloadedBytes: t.downloadedBytes.Load(), CacheHits: h, CacheMisses: m, Errors: t.errs.Load()}
+}
+
+// Manifest returns the partition's manifest (empty if none was written).
+func (t *Tier) Manifest(ctx context.Context, pk PartitionKey) (*Manifest, error) {
+	t.mu.Lock()
+	m := t.manifests[pk]
+	t.mu.Unlock()
+	if m != nil {
+		return m.clone(), nil
+	}
+	b, err := t.store.GetRange(ctx, pk.manifestKey(), 0, -1)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		m = &Manifest{Version: 1}
+	case err != nil:
+		t.errs.Add(1)
+		return nil, err
+	default:
+		if m, err = decodeManifest(b); err != nil {
+			return nil, err
+		}
+	}
+	t.mu.Lock()
+	if cur := t.manifests[pk]; cur != nil {
+		m = cur
+	} else {
+		t.manifests[pk] = m
+	}
+	t.mu.Unlock()
+	return m.clone(), nil
+}
+
+func (t *Tier) commit(ctx context.Context, pk PartitionKey, m *Manifest) error {
+	b, err := m.encode()
+	if err != nil {
+		return err
+	}
+	if err := t.store.Put(ctx, pk.manifestKey(), bytes.NewReader(b), int64(len(b))); err != nil {
+		t.errs.Add(1)
+		return err
+	}
+	t.mu.Lock()
+	t.manifests[pk] = m.clone()
+	t.mu.Unlock()
+	return nil
+}
+
+// Upload sends the partition's sealed segments that the manifest does not
+// name yet, each with its indexes, then commits the manifest. Keys are
+// deterministic, so a crash anywhere is repaired by running it again: a
+// re-upload overwrites the same objects and only the manifest makes them
+// part of the log. It returns the number of segments committed.
+func (t *Tier) Upload(ctx context.Context, pk PartitionKey, lp *log.Partition) (int, error) {
+	m, err := t.Manifest(ctx, pk)
+	if err != nil {
+		return 0, err
+	}
+	if m.LogStartOffset < lp.LogStartOffset() {
+		m.LogStartOffset = lp.LogStartOffset()
+	}
+	n := 0
+	for _, seg := range lp.SealedSegments() {
+		if seg.Next <= m.Next() || seg.Size == 0 {
+			continue
+		}
+		if len(m.Segments) > 0 && seg.Base != m.Next() {
+			return n, fmt.Errorf("tiering: %s: local segment %d does not continue the bucket's log at %d", pk.dir(), seg.Base, m.Next())
+		}
+		meta, err := t.uploadSegment(ctx, pk, lp, seg)
+		if err != nil {
+			t.errs.Add(1)
+			return n, err
+		}
+		if len(m.Segments) == 0 {
+			// The bucket's log starts with this segment (records before it
+			// are gone everywhere), or later if DeleteRecords moved past it.
+			m.LogStartOffset = max(lp.LogStartOffset(), seg.Base)
+		}
+		m.Segments = append(m.Segments, meta)
+		if err := t.commit(ctx, pk, m); err != nil {
+			return n, err
+		}
+		t.uploadedSegments.Add(1)
+		n++
+	}
+	return n, nil
+}
+
+func (t *Tier) uploadSegment(ctx context.Context, pk PartitionKey, lp *log.Partition, seg log.SegmentInfo) (SegmentMeta, error) {
+	meta := SegmentMeta{Base: seg.Base, Next: seg.Next, Size: seg.Size, MaxTimestamp: seg.MaxTimestamp}
+	for _, f := range []struct {
+		path, ext string
+		main      bool
+	}{{seg.IndexPath, ".index", false}, {seg.TimeIndexPath, ".timeindex", false}, {seg.LogPath, ".log", true}} {
+		file, err := lp.OpenSegmentFile(f.path)
+		if err != nil {
+			if !f.main {
+				continue // indexes are derived; a cold read falls back to a scan
+			}
+			return meta, err
+		}
+		size, err := file.Size()
+		if err == nil && f.main {
+			size = seg.Size // only whole batches: the sealed size
+		}
+		if err != nil {
+			file.Close()
+			return meta, err
+		}
+		h := crc32.New(castagnoli)
+		r := io.TeeReader(io.NewSectionReader(file, 0, size), h)
+		err = t.store.Put(ctx, pk.segmentKey(seg.Base, f.ext), r, size)
+		file.Close()
+		if err != nil {
+			return meta, fmt.Errorf("tiering: upload %s%s: %w", pk.segmentKey(seg.Base, ""), f.ext, err)
+		}
+		t.uploadedBytes.Add(size)
+		if f.main {
+			meta.CRC32C = h.Sum32()
+		}
+	}
+	return meta, nil
+}
+
+// ReleaseLocal deletes local copies of uploaded segments that fall outside
+// the local hot budget: keepBytes of newest local data (< 0: no byte bound)
+// and keepMs of age by max timestamp (< 0: no age bound). With both bounds
+// off nothing is released. It returns the number of local segments deleted.
+func (t *Tier) ReleaseLocal(ctx context.Context, pk PartitionKey, lp *log.Partition, keepBytes, keepMs int64, now time.Time) (int, error) {
+	if keepBytes < 0 && keepMs < 0 {
+		return 0, nil
+	}
+	m, err := t.Manifest(ctx, pk)
+	if err != nil {
+		return 0, err
+	}
+	uploaded := m.Next()
+	sealed := lp.SealedSegments()
+	var local int64
+	for _, s := range sealed {
+		local += s.Size
+	}
+	cut := int64(-1)
+	for _, s := range sealed {
+		if s.Next > uploaded {
+			break // not in the bucket yet: never released
+		}
+		overBytes := keepBytes >= 0 && local > keepBytes
+		tooOld := keepMs >= 0 && s.MaxTimestamp >= 0 && now.UnixMilli()-s.MaxTimestamp > keepMs
+		if !overBytes && !tooOld {
+			break
+		}
+		local -= s.Size
+		cut = s.Next
+	}
+	if cut < 0 {
+		return 0, nil
+	}
+	return lp.DeleteLocalBefore(cut)
+}
+
+// ApplyRetention enforces the whole-log retention (local + remote): the
+// oldest remote segments past retentionBytes (over the whole log) or
+// retentionMs go; the manifest drops them first, then the log start moves,
+// then the objects are deleted. DeleteRecords' log start is applied too.
+func (t *Tier) ApplyRetention(ctx context.Context, pk PartitionKey, lp *log.Partition, retentionBytes, retentionMs int64, now time.Time) error {
+	m, err := t.Manifest(ctx, pk)
+	if err != nil || len(m.Segments) == 0 {
+		return err
+	}
+	var total int64
+	for _, s := range m.Segments {
+		total += s.Size
+	}
+	for _, s := range lp.SealedSegments() {
+		if s.Base >= m.Next() {
+			total += s.Size
+		}
+	}
+	start := max(m.LogStartOffset, lp.LogStartOffset())
+	drop := 0
+	for drop < len(m.Segments) {
+		s := m.Segments[drop]
+		expired := retentionMs >= 0 && s.MaxTimestamp >= 0 && now.UnixMilli()-s.MaxTimestamp > retentionMs
+		oversize := retentionBytes >= 0 && total-s.Size >= retentionBytes
+		below := s.Next <= start
+		if !expired && !oversize && !below {
+			break
+		}
+		total -= s.Size
+		start = max(start, s.Next)
+		drop++
+	}
+	if drop == 0 && start == m.LogStartOffset {
+		return nil
+	}
+	gone := m.Segments[:drop]
+	nm := m.clone()
+	nm.Segments = nm.Segments[drop:]
+	nm.LogStartOffset = start
+	if err := t.commit(ctx, pk, nm); err != nil {
+		return err
+	}
+	if start > lp.LogStartOffset() && start <= lp.HighWatermark() {
+		if _, err := lp.DeleteRecordsBefore(start); err != nil {
+			return err
+		}
+	}
+	for _, s := range gone {
+		for _, ext := range []string{".log", ".index", ".timeindex"} {
+			if err := t.store.Delete(ctx, pk.segmentKey(s.Base, ext)); err != nil {
+				t.errs.Add(1)
+				t.logger.Warn("delete expired object", zap.String("key", pk.segmentKey(s.Base, ext)), zap.Error(err))
+			}
+		}
+	}
+	return nil
+}
+
+// Forget drops cached state of a deleted partition and deletes its objects.
+func (t *Tier) Forget(ctx context.Context, pk PartitionKey) error {
+	t.mu.Lock()
+	delete(t.manifests, pk)
+	t.mu.Unlock()
+	keys, err := t.store.List(ctx, pk.dir()+"/")
+	if err != nil {
+		return err
+	}
+	// The manifest first, so a crash part way leaves no manifest naming
+	// missing objects.
+	if err := t.store.Delete(ctx, pk.manifestKey()); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if k != pk.manifestKey() {
+			if err := t.store.Delete(ctx, k); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

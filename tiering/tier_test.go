@@ -1,0 +1,246 @@
+package tiering
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/synapsebroker/synapse/log"
+)
+
+// batch returns a valid v2 batch of one record with a value of n bytes.
+func batch(n int, ts int64, fill byte) []byte {
+	var rec []byte
+	rec = append(rec, 0)                     // attributes
+	rec = binary.AppendVarint(rec, 0)        // ts delta
+	rec = binary.AppendVarint(rec, 0)        // offset delta
+	rec = binary.AppendVarint(rec, -1)       // null key
+	rec = binary.AppendVarint(rec, int64(n)) // value
+	rec = append(rec, bytes.Repeat([]byte{fill}, n)...)
+	rec = binary.AppendUvarint(rec, 0) // headers
+	recs := binary.AppendVarint(nil, int64(len(rec)))
+	recs = append(recs, rec...)
+	b := make([]byte, 61, 61+len(recs))
+	be := binary.BigEndian
+	be.PutUint32(b[8:], uint32(49+len(recs)))
+	b[16] = 2
+	be.PutUint64(b[27:], uint64(ts))
+	be.PutUint64(b[35:], uint64(ts))
+	be.PutUint64(b[43:], ^uint64(0))
+	be.PutUint32(b[57:], 1)
+	b = append(b, recs...)
+	be.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return b
+}
+
+type fixture struct {
+	t     *testing.T
+	store *MemStore
+	tier  *Tier
+	lp    *log.Partition
+	pk    PartitionKey
+	want  map[int64][]byte
+}
+
+func newFixture(t *testing.T) *fixture {
+	dir := t.TempDir()
+	ls := log.OpenStore(log.Options{Logger: zaptest.NewLogger(t)})
+	t.Cleanup(func() { ls.Close() })
+	lp, err := ls.OpenPartition(filepath.Join(dir, "t-0"), log.Config{SegmentBytes: 4000, IndexIntervalBytes: 500, RetentionMs: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := NewMemStore()
+	return &fixture{t: t, store: st, tier: New(st, zaptest.NewLogger(t), 1<<20), lp: lp,
+		pk: PartitionKey{Topic: "t", Partition: 0}, want: map[int64][]byte{}}
+}
+
+func (f *fixture) produce(n int, ts int64) {
+	for i := 0; i < n; i++ {
+		b := batch(300, ts+int64(i), byte(i))
+		res, err := f.lp.Append(b)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if err := f.lp.WaitDurable(res.LastOffset + 1); err != nil {
+			f.t.Fatal(err)
+		}
+		f.want[res.BaseOffset] = append([]byte(nil), b...)
+	}
+}
+
+// readAll reads [from, hw) through the tier below the local start and the
+// log above it, checking every batch.
+func (f *fixture) readAll(from int64) {
+	ctx := context.Background()
+	off := from
+	for off < f.lp.HighWatermark() {
+		var got []byte
+		res, err := f.lp.Read(off, 10000)
+		switch {
+		case errors.Is(err, log.ErrNotLocal):
+			var next int64
+			got, next, err = f.tier.Read(ctx, f.pk, off, 10000)
+			if err != nil {
+				f.t.Fatalf("cold read %d: %v", off, err)
+			}
+			if next <= off {
+				f.t.Fatalf("cold read %d made no progress", off)
+			}
+		case err != nil:
+			f.t.Fatalf("read %d: %v", off, err)
+		default:
+			got, _ = res.AppendTo(nil)
+			res.Release()
+		}
+		for len(got) > 0 {
+			h, err := log.ParseBatchHeader(got)
+			if err != nil {
+				f.t.Fatal(err)
+			}
+			if h.BaseOffset != off {
+				f.t.Fatalf("batch %d, want %d", h.BaseOffset, off)
+			}
+			if !bytes.Equal(got[:h.Length], f.want[off]) {
+				f.t.Fatalf("batch %d differs", off)
+			}
+			off = h.NextOffset()
+			got = got[h.Length:]
+		}
+	}
+}
+
+func TestUploadReleaseColdRead(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	now := time.Now()
+	f.produce(60, now.UnixMilli())
+	n, err := f.tier.Upload(ctx, f.pk, f.lp)
+	if err != nil || n == 0 {
+		t.Fatalf("upload: %d, %v", n, err)
+	}
+	if again, err := f.tier.Upload(ctx, f.pk, f.lp); err != nil || again != 0 {
+		t.Fatalf("second upload: %d, %v", again, err)
+	}
+	m, _ := f.tier.Manifest(ctx, f.pk)
+	if m.Next() != f.lp.SealedSegments()[len(f.lp.SealedSegments())-1].Next {
+		t.Fatalf("manifest ends at %d", m.Next())
+	}
+	rel, err := f.tier.ReleaseLocal(ctx, f.pk, f.lp, 0, -1, now)
+	if err != nil || rel == 0 {
+		t.Fatalf("release: %d, %v", rel, err)
+	}
+	if f.lp.LocalStartOffset() != m.Next() || f.lp.LogStartOffset() != 0 {
+		t.Fatalf("local start %d (manifest next %d), log start %d", f.lp.LocalStartOffset(), m.Next(), f.lp.LogStartOffset())
+	}
+	f.readAll(0)
+	st := f.tier.Stats()
+	f.readAll(0) // again: from the chunk cache
+	if st2 := f.tier.Stats(); st2.DownloadedBytes != st.DownloadedBytes || st2.CacheHits <= st.CacheHits {
+		t.Fatalf("second cold pass downloaded again: %+v then %+v", st, st2)
+	}
+	// Reads from the middle of a segment start at the batch holding the offset.
+	got, _, err := f.tier.Read(ctx, f.pk, 5, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := log.ParseBatchHeader(got); h.BaseOffset != 5 || int(h.Length) != len(got) {
+		t.Fatalf("read at 5: batch %d, %d bytes", h.BaseOffset, len(got))
+	}
+}
+
+func TestColdReadDetectsCorruptObject(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.produce(30, 1000)
+	if _, err := f.tier.Upload(ctx, f.pk, f.lp); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.tier.ReleaseLocal(ctx, f.pk, f.lp, 0, -1, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	key := f.pk.segmentKey(0, ".log")
+	obj, err := f.store.GetRange(ctx, key, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := append([]byte(nil), obj...)
+	bad[200] ^= 0xff
+	f.store.Put(ctx, key, bytes.NewReader(bad), int64(len(bad)))
+	if _, _, err := f.tier.Read(ctx, f.pk, 0, 1<<20); err == nil {
+		t.Fatal("corrupt object served")
+	}
+	// Repaired object: the next read fetches again and succeeds.
+	f.store.Put(ctx, key, bytes.NewReader(obj), int64(len(obj)))
+	if _, _, err := f.tier.Read(ctx, f.pk, 0, 1<<20); err != nil {
+		t.Fatalf("after repair: %v", err)
+	}
+}
+
+// TestUploadRetriesAfterFailure: a store failing in the middle of an upload
+// leaves no manifest entry; the next run completes it.
+func TestUploadRetriesAfterFailure(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.produce(40, 1000)
+	calls := 0
+	f.store.SetFault(func(op, key string) error {
+		if op == "put" {
+			calls++
+			if calls == 5 {
+				return errors.New("503 SlowDown")
+			}
+		}
+		return nil
+	})
+	if _, err := f.tier.Upload(ctx, f.pk, f.lp); err == nil {
+		t.Fatal("failure not reported")
+	}
+	m, _ := f.tier.Manifest(ctx, f.pk)
+	for _, s := range m.Segments {
+		if _, err := f.store.GetRange(ctx, f.pk.segmentKey(s.Base, ".log"), 0, 1); err != nil {
+			t.Fatalf("manifest names a missing object: %v", err)
+		}
+	}
+	f.store.SetFault(nil)
+	if _, err := f.tier.Upload(ctx, f.pk, f.lp); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.tier.ReleaseLocal(ctx, f.pk, f.lp, 0, -1, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	f.readAll(0)
+}
+
+func TestRetentionAcrossTiers(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	now := time.Now()
+	f.produce(60, now.Add(-time.Hour).UnixMilli())
+	if _, err := f.tier.Upload(ctx, f.pk, f.lp); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.tier.ReleaseLocal(ctx, f.pk, f.lp, 0, -1, now); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := f.tier.Manifest(ctx, f.pk)
+	first := m.Segments[0]
+	if err := f.tier.ApplyRetention(ctx, f.pk, f.lp, 8000, -1, now); err != nil {
+		t.Fatal(err)
+	}
+	m2, _ := f.tier.Manifest(ctx, f.pk)
+	if len(m2.Segments) >= len(m.Segments) || f.lp.LogStartOffset() != m2.LogStartOffset || m2.LogStartOffset == 0 {
+		t.Fatalf("retention: %d -> %d segments, log start %d / %d", len(m.Segments), len(m2.Segments), f.lp.LogStartOffset(), m2.LogStartOffset)
+	}
+	if _, err := f.store.GetRange(ctx, f.pk.segmentKey(first.Base, ".log"), 0, 1); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("expired object still there: %v", err)
+	}
+	f.readAll(f.lp.LogStartOffset())
+}
