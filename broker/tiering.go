@@ -147,3 +147,42 @@ func (s *Server) offloadAll(ctx context.Context) {
 		}
 	}
 }
+
+// TierStatus is what /status reports about tiering.
+type TierStatus struct {
+	tiering.Stats
+	// LagBytes and LagSegments are sealed local segments not yet in the
+	// bucket (active segments come on top): with the local disk lost, this
+	// is what would be gone.
+	LagBytes      int64   `json:"lag_bytes"`
+	LagSegments   int64   `json:"lag_segments"`
+	CacheHitRatio float64 `json:"cache_hit_ratio"`
+}
+
+// TierStatus reports upload lag and the tier's counters; ok is false
+// without tiering.
+func (s *Server) TierStatus(ctx context.Context) (st TierStatus, ok bool) {
+	t := s.cfg.Tier
+	if t == nil {
+		return st, false
+	}
+	st.Stats = t.Stats()
+	if n := st.CacheHits + st.CacheMisses; n > 0 {
+		st.CacheHitRatio = float64(st.CacheHits) / float64(n)
+	}
+	for _, tp := range s.reg.all() {
+		for _, p := range s.reg.partitionsOf(tp) {
+			m, err := t.Manifest(ctx, p.tierKey())
+			if err != nil {
+				continue
+			}
+			for _, seg := range p.log.SealedSegments() {
+				if seg.Next > m.Next() {
+					st.LagBytes += seg.Size
+					st.LagSegments++
+				}
+			}
+		}
+	}
+	return st, true
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -209,12 +210,21 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 	return nil
 }
 
-// healthHandler serves /healthz (the process is up) and /readyz (the broker
-// accepts requests; 503 while starting or stopping).
+// healthHandler serves /healthz (the process is up), /readyz (the broker
+// accepts requests; 503 while starting or stopping) and /status (JSON:
+// tiering upload lag, bytes up and down, cache hit ratio, store errors).
 func healthHandler(srv *broker.Server) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/status", func(w http.ResponseWriter, r *http.Request) {
+		out := map[string]any{"ready": srv.Ready(), "cluster_id": srv.ClusterID()}
+		if st, ok := srv.TierStatus(r.Context()); ok {
+			out["tier"] = st
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(out)
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !srv.Ready() {

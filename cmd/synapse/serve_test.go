@@ -146,6 +146,15 @@ func TestServeServesAndStops(t *testing.T) {
 		t.Fatalf("/readyz: %v %v", resp, err)
 	}
 	resp.Body.Close()
+	resp, err = http.Get("http://" + httpAddr + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&status); err != nil || status["tier"] == nil {
+		t.Fatalf("/status: %v %v", status, err)
+	}
+	resp.Body.Close()
 
 	cancel()
 	r := <-done
