@@ -58,7 +58,8 @@ tools:
 	@# Debian packages for the script compat tests (kcat, kafka-python,
 	@# confluent-kafka python), installed only when missing.
 	@bash compat-tests/install-deps.sh
-	@# ---- later: versitygw (S3-compatible server) for the tiering tests ----
+	@# versitygw v1.8.0, the S3-compatible server the tiering tests start.
+	@TOOLS_BIN="$(TOOLS_BIN)" bash tiering/install-versitygw.sh
 
 lint: tools
 	@unformatted=$$(find . -path ./.git -prune -o -path '*/testdata' -prune -o -name '*.go' -print | xargs -r gofmt -l); \
@@ -67,8 +68,9 @@ lint: tools
 	"$(STATICCHECK)" ./...
 	cd compat-tests && $(GO) vet ./... && "$(STATICCHECK)" ./...
 
+# TIERING_REQUIRE_S3=1: the tiering tests fail (not skip) without versitygw.
 test: tools lint
-	$(GO) test -race -count=1 $(CORE_PKGS)
+	TIERING_REQUIRE_S3=1 VERSITYGW_BIN="$(TOOLS_BIN)/versitygw" $(GO) test -race -count=1 $(CORE_PKGS)
 	$(MAKE) --no-print-directory compat
 
 # Real clients (franz-go, sarama, kafka-go, confluent-kafka-go, kcat,

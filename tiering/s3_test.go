@@ -1,0 +1,272 @@
+package tiering
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+func TestParseS3URL(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want S3Config
+	}{
+		{"s3://bkt", S3Config{Bucket: "bkt"}},
+		{"s3://bkt/", S3Config{Bucket: "bkt"}},
+		{"s3://bkt/some/prefix/", S3Config{Bucket: "bkt", Prefix: "some/prefix"}},
+		{"s3://bkt/p?endpoint=http://127.0.0.1:7070&region=eu-west-1&path_style=true",
+			S3Config{Bucket: "bkt", Prefix: "p", Endpoint: "http://127.0.0.1:7070", Region: "eu-west-1", PathStyle: true}},
+		{"s3://bkt/p?endpoint=https%3A%2F%2Fs3.example.com&path_style=0&part_size=8388608",
+			S3Config{Bucket: "bkt", Prefix: "p", Endpoint: "https://s3.example.com", PartSize: 8 << 20}},
+	} {
+		got, err := ParseS3URL(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseS3URL(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{
+		"", "bkt/p", "file:///x", "s3:///p", "s3://bkt/p?path_style=maybe", "s3://bkt/p?endpoint=127.0.0.1:9000",
+		"s3://bkt/p?bogus=1", "s3://bkt/p?part_size=1024", "s3://user@bkt/p", "s3://bkt:99/p", "s3://bkt/p%zz",
+	} {
+		if c, err := ParseS3URL(bad); err == nil {
+			t.Errorf("ParseS3URL(%q) = %+v, want an error", bad, c)
+		}
+	}
+}
+
+func TestNewS3Config(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []S3Config{
+		{},
+		{Bucket: "b", AccessKey: "k"},
+		{Bucket: "b", SecretKey: "s"},
+		{Bucket: "b", PartSize: MinS3PartSize - 1},
+	} {
+		if _, err := NewS3(ctx, c); err == nil {
+			t.Errorf("NewS3(%+v) succeeded", c)
+		}
+	}
+	t.Setenv("AWS_REGION", "")
+	t.Setenv("AWS_DEFAULT_REGION", "")
+	t.Setenv("AWS_CONFIG_FILE", "/nonexistent")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+	t.Setenv("AWS_ENDPOINT_URL", "")
+	t.Setenv("AWS_ENDPOINT_URL_S3", "")
+	s, err := NewS3(ctx, S3Config{Bucket: "b", Prefix: "/x/y/", Endpoint: "http://localhost:1", AccessKey: "k", SecretKey: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := s.Client().Options()
+	if o.Region != "us-east-1" || !o.UsePathStyle || aws.ToString(o.BaseEndpoint) != "http://localhost:1" {
+		t.Fatalf("options: region %q path style %v endpoint %q", o.Region, o.UsePathStyle, aws.ToString(o.BaseEndpoint))
+	}
+	if s.ObjectKey("k") != "x/y/k" || s.String() != "s3://b/x/y" || s.Bucket() != "b" {
+		t.Fatalf("prefix handling: %q %q", s.ObjectKey("k"), s.String())
+	}
+	// A host name endpoint keeps virtual-hosted style unless asked.
+	s, err = NewS3(ctx, S3Config{Bucket: "b", Endpoint: "https://s3.example.com", Region: "eu-west-3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := s.Client().Options(); o.UsePathStyle || o.Region != "eu-west-3" {
+		t.Fatalf("options: region %q path style %v", o.Region, o.UsePathStyle)
+	}
+}
+
+func TestS3Store(t *testing.T) {
+	v := runVersitygw(t)
+	testObjectStore(t, v.Store("", "tier/prefix"))
+}
+
+// TestS3StoreNoPrefix runs the conformance test at the root of a bucket.
+func TestS3StoreNoPrefix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	v := runVersitygw(t)
+	v.CreateBucket("noprefix")
+	testObjectStore(t, v.Store("noprefix", ""))
+}
+
+func TestS3Prefixes(t *testing.T) {
+	v := runVersitygw(t)
+	ctx := context.Background()
+	a, b, root := v.Store("", "a"), v.Store("", "a2/"), v.Store("", "")
+	for _, s := range []*S3{a, b} {
+		if err := s.Put(ctx, "k/1", strings.NewReader(s.String()), int64(len(s.String()))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range []*S3{a, b} {
+		keys, err := s.List(ctx, "")
+		if err != nil || !slices.Equal(keys, []string{"k/1"}) {
+			t.Fatalf("%s List: %q, %v", s, keys, err)
+		}
+		got, err := s.GetRange(ctx, "k/1", 0, -1)
+		if err != nil || string(got) != s.String() {
+			t.Fatalf("%s GetRange: %q, %v", s, got, err)
+		}
+	}
+	keys, err := root.List(ctx, "")
+	if err != nil || !slices.Equal(keys, []string{"a/k/1", "a2/k/1"}) {
+		t.Fatalf("root List: %q, %v", keys, err)
+	}
+	// The objects are really there under the full key.
+	out, err := root.Client().HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(v.Bucket()), Key: aws.String(a.ObjectKey("k/1"))})
+	if err != nil || aws.ToInt64(out.ContentLength) != int64(len(a.String())) {
+		t.Fatalf("HeadObject %s: %v", a.ObjectKey("k/1"), err)
+	}
+}
+
+// TestS3MissingBucket: a missing bucket is an error, never ErrNotFound
+// (which would make a reader think an object is gone).
+func TestS3MissingBucket(t *testing.T) {
+	v := runVersitygw(t)
+	ctx := context.Background()
+	s := v.Store("no-such-bucket", "")
+	if _, err := s.GetRange(ctx, "k", 0, -1); err == nil || errors.Is(err, ErrNotFound) {
+		t.Fatalf("GetRange in a missing bucket: %v", err)
+	}
+	if _, err := s.GetRange(ctx, "k", 0, 10); err == nil || errors.Is(err, ErrNotFound) {
+		t.Fatalf("GetRange in a missing bucket: %v", err)
+	}
+	if err := s.Put(ctx, "k", strings.NewReader("x"), 1); err == nil {
+		t.Fatal("Put in a missing bucket succeeded")
+	}
+	if _, err := s.List(ctx, ""); err == nil {
+		t.Fatal("List in a missing bucket succeeded")
+	}
+}
+
+// TestS3FromEnvironment configures the store the way `--tier s3://...`
+// does with nothing but standard AWS environment variables.
+func TestS3FromEnvironment(t *testing.T) {
+	endpoint := startVersitygw(t)
+	t.Setenv("AWS_ENDPOINT_URL_S3", endpoint)
+	t.Setenv("AWS_REGION", versitygwRegion)
+	t.Setenv("AWS_ACCESS_KEY_ID", versitygwAccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", versitygwSecretKey)
+	t.Setenv("AWS_SESSION_TOKEN", "")
+	t.Setenv("AWS_PROFILE", "")
+	t.Setenv("AWS_CONFIG_FILE", "/nonexistent")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	c, err := ParseS3URL("s3://" + versitygwBucket + "/env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, err := NewS3(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Client().Options().UsePathStyle {
+		t.Fatal("loopback endpoint from the environment did not force path style")
+	}
+	if err := s.Put(ctx, "k", strings.NewReader("env"), 3); err != nil {
+		t.Fatal(err)
+	}
+	root, err := NewS3(ctx, S3Config{Bucket: versitygwBucket, Endpoint: endpoint,
+		AccessKey: versitygwAccessKey, SecretKey: versitygwSecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := root.GetRange(ctx, "env/k", 0, -1)
+	if err != nil || string(got) != "env" {
+		t.Fatalf("object through the environment config: %q, %v", got, err)
+	}
+	// The URL's query wins over the environment.
+	t.Setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:1")
+	c, err = ParseS3URL("s3://" + versitygwBucket + "/env?endpoint=" + endpoint + "&region=" + versitygwRegion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err = NewS3(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetRange(ctx, "k", 0, -1); err != nil || string(got) != "env" {
+		t.Fatalf("object through the URL config: %q, %v", got, err)
+	}
+}
+
+// TestS3Outage: with the server down operations fail (not ErrNotFound), and
+// work again when it is back on the same port with the same data.
+func TestS3Outage(t *testing.T) {
+	v := runVersitygw(t)
+	ctx := context.Background()
+	s := v.Store("", "outage")
+	if err := s.Put(ctx, "k", bytes.NewReader([]byte("before")), 6); err != nil {
+		t.Fatal(err)
+	}
+	v.Stop()
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.Put(octx, "k2", bytes.NewReader([]byte("during")), 6); err == nil {
+		t.Fatal("Put with the server down succeeded")
+	}
+	if _, err := s.GetRange(octx, "k", 0, -1); err == nil || errors.Is(err, ErrNotFound) {
+		t.Fatalf("GetRange with the server down: %v", err)
+	}
+	v.Start()
+	got, err := s.GetRange(ctx, "k", 0, -1)
+	if err != nil || string(got) != "before" {
+		t.Fatalf("after restart: %q, %v", got, err)
+	}
+	if err := s.Put(ctx, "k2", bytes.NewReader([]byte("after")), 5); err != nil {
+		t.Fatalf("Put after restart: %v", err)
+	}
+}
+
+// TestS3Multipart checks that objects above the part size really go up in
+// parts (the ETag of a multipart object ends in -<parts>) and come back
+// whole, and that the part size is the threshold.
+func TestS3Multipart(t *testing.T) {
+	v := runVersitygw(t)
+	ctx := context.Background()
+	s := v.Store("", "mp")
+	for _, tc := range []struct {
+		size  int
+		parts string // "" = single PutObject
+	}{
+		{MinS3PartSize, ""},
+		{MinS3PartSize + 1, "-2"},
+		{3*MinS3PartSize + 7, "-4"},
+	} {
+		data := randBytes(uint64(tc.size), tc.size)
+		if err := s.Put(ctx, "obj", onlyReader{bytes.NewReader(data)}, int64(tc.size)); err != nil {
+			t.Fatalf("Put %d bytes: %v", tc.size, err)
+		}
+		out, err := s.Client().HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.Bucket()), Key: aws.String(s.ObjectKey("obj"))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		etag := strings.Trim(aws.ToString(out.ETag), `"`)
+		if tc.parts == "" && strings.Contains(etag, "-") || tc.parts != "" && !strings.HasSuffix(etag, tc.parts) {
+			t.Fatalf("%d bytes: ETag %q, want parts %q", tc.size, etag, tc.parts)
+		}
+		got, err := s.GetRange(ctx, "obj", 0, -1)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%d bytes: read back %d bytes, %v", tc.size, len(got), err)
+		}
+	}
+	// A failed multipart Put leaves no upload behind.
+	err := s.Put(ctx, "short", onlyReader{bytes.NewReader(make([]byte, MinS3PartSize+10))}, 2*MinS3PartSize)
+	if err == nil {
+		t.Fatal("short multipart Put succeeded")
+	}
+	ups, err := s.Client().ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(s.Bucket())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ups.Uploads) != 0 {
+		t.Fatalf("%d multipart uploads left after a failed Put", len(ups.Uploads))
+	}
+}
