@@ -14,7 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap"
 
 	"github.com/synapsebroker/synapse/broker"
 	"github.com/synapsebroker/synapse/tiering"
@@ -31,23 +31,29 @@ type e2eBroker struct {
 }
 
 func startBroker(t *testing.T, dir string, tier *tiering.Tier) *e2eBroker {
+	return startBrokerTB(t, dir, tier)
+}
+
+func startBrokerTB(t testing.TB, dir string, tier *tiering.Tier) *e2eBroker {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s, err := broker.New(broker.Config{DataDir: dir, AutoCreateTopics: true, Tier: tier,
-		MaintenanceInterval: 100 * time.Millisecond, Logger: zaptest.NewLogger(t)})
+		MaintenanceInterval: 100 * time.Millisecond, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := &e2eBroker{srv: s, addr: ln.Addr().String(), done: make(chan error, 1)}
 	go func() { b.done <- s.Serve(ln) }()
-	t.Cleanup(func() { b.stop(t) })
+	t.Cleanup(func() { b.stopTB(t) })
 	return b
 }
 
-func (b *e2eBroker) stop(t *testing.T) {
+func (b *e2eBroker) stop(t *testing.T) { b.stopTB(t) }
+
+func (b *e2eBroker) stopTB(t testing.TB) {
 	if b.srv == nil {
 		return
 	}
@@ -61,6 +67,10 @@ func (b *e2eBroker) stop(t *testing.T) {
 }
 
 func kclient(t *testing.T, addr string, opts ...kgo.Opt) *kgo.Client {
+	return kclientTB(t, addr, opts...)
+}
+
+func kclientTB(t testing.TB, addr string, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr)}, opts...)...)
 	if err != nil {

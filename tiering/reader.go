@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/synapsebroker/synapse/log"
 )
@@ -13,7 +14,7 @@ import (
 // chunkSize is the alignment of cold-read ranged GETs: a read fetches the
 // aligned chunks covering what it needs, never a whole segment for a small
 // read, and sequential catch-up reads hit the cache for the rest of a chunk.
-const chunkSize = 1 << 20
+const chunkSize = 8 << 20
 
 // ErrOffsetNotTiered means the offset is not in any uploaded segment.
 var ErrOffsetNotTiered = errors.New("tiering: offset not in the bucket")
@@ -113,10 +114,50 @@ func (t *Tier) readAt(ctx context.Context, key string, size, pos, n int64) ([]by
 	return out, nil
 }
 
+// chunk returns chunk ci of an object, from the cache, from a download
+// already in flight, or by downloading it. Each download also starts the
+// next readAhead chunks in the background, so a sequential catch-up reader
+// finds them ready.
 func (t *Tier) chunk(ctx context.Context, key string, size, ci int64) ([]byte, error) {
+	c, err := t.fetchChunk(ctx, key, size, ci)
+	if err == nil {
+		for ahead := ci + 1; ahead <= ci+readAhead && ahead*chunkSize < size; ahead++ {
+			t.prefetch(key, size, ahead)
+		}
+	}
+	return c, err
+}
+
+// readAhead is how many chunks past the one read are fetched in advance.
+const readAhead = 2
+
+func (t *Tier) fetchChunk(ctx context.Context, key string, size, ci int64) ([]byte, error) {
 	if c := t.cache.get(key, ci); c != nil {
 		return c, nil
 	}
+	id := chunkID{key, ci}
+	t.mu.Lock()
+	if wait, ok := t.inflight[id]; ok {
+		t.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if c := t.cache.peek(key, ci); c != nil {
+			return c, nil
+		}
+		t.mu.Lock() // the other download failed: try ourselves
+	}
+	done := make(chan struct{})
+	t.inflight[id] = done
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		delete(t.inflight, id)
+		t.mu.Unlock()
+		close(done)
+	}()
 	start := ci * chunkSize
 	n := min(chunkSize, size-start)
 	c, err := t.store.GetRange(ctx, key, start, n)
@@ -127,6 +168,25 @@ func (t *Tier) chunk(ctx context.Context, key string, size, ci int64) ([]byte, e
 	t.downloadedBytes.Add(int64(len(c)))
 	t.cache.put(key, ci, c)
 	return c, nil
+}
+
+// prefetch downloads a chunk in the background unless it is cached or on
+// its way.
+func (t *Tier) prefetch(key string, size, ci int64) {
+	if t.cache.peek(key, ci) != nil {
+		return
+	}
+	t.mu.Lock()
+	_, busy := t.inflight[chunkID{key, ci}]
+	t.mu.Unlock()
+	if busy {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		t.fetchChunk(ctx, key, size, ci)
+	}()
 }
 
 // chunkCache is an LRU of object chunks bounded in bytes.
@@ -161,6 +221,16 @@ func (c *chunkCache) get(key string, ci int64) []byte {
 		return e.Value.(*chunkEntry).data
 	}
 	c.misses++
+	return nil
+}
+
+// peek is get without counting a hit or a miss.
+func (c *chunkCache) peek(key string, ci int64) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.byKey[chunkID{key, ci}]; ok {
+		return e.Value.(*chunkEntry).data
+	}
 	return nil
 }
 

@@ -51,7 +51,8 @@ type Tier struct {
 
 	mu        sync.Mutex
 	manifests map[PartitionKey]*Manifest
-	indexes   map[string][]byte // remote .index objects by key
+	indexes   map[string][]byte         // remote .index objects by key
+	inflight  map[chunkID]chan struct{} // chunk downloads under way
 
 	uploadedBytes, uploadedSegments, downloadedBytes, errs atomic.Int64
 }
@@ -66,7 +67,7 @@ func New(store ObjectStore, logger *zap.Logger, cacheBytes int64) *Tier {
 		cacheBytes = 256 << 20
 	}
 	return &Tier{store: store, logger: logger, cache: newChunkCache(cacheBytes),
-		manifests: map[PartitionKey]*Manifest{}, indexes: map[string][]byte{}}
+		manifests: map[PartitionKey]*Manifest{}, indexes: map[string][]byte{}, inflight: map[chunkID]chan struct{}{}}
 }
 
 // Store returns the underlying object store.
