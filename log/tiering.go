@@ -70,6 +70,12 @@ func (p *Partition) DeleteLocalBefore(offset int64) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
+	// Checkpoint the log start first: without it, an open after a crash
+	// would take the first remaining local segment as the start of the log
+	// and hide everything in the tiered store.
+	if err := p.setLogStartLocked(p.logStart.Load()); err != nil {
+		return 0, err
+	}
 	return n, p.deleteSegmentsLocked(func(seg *segment) bool { return seg.next.Load() <= offset })
 }
 

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/synapsebroker/synapse/log/internal/memfs"
 )
 
 func TestDeleteLocalKeepsLogStart(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
-	_, fsys := newMemFS(t)
+	mfs, fsys := newMemFS(t)
 	cfg := Config{SegmentBytes: 1000}
 	s := openStore(t, fsys, 0)
 	p := mustOpen(t, s, "/data/t-0", cfg)
@@ -30,6 +32,13 @@ func TestDeleteLocalKeepsLogStart(t *testing.T) {
 	}
 	if _, err := p.Read(0, 100); !errors.Is(err, ErrNotLocal) {
 		t.Fatalf("read below local start: %v", err)
+	}
+	// A crash (no clean close) must not turn the local start into the log
+	// start: the checkpoint written before the deletion says otherwise.
+	crashed := memFS{mfs.CrashClone(memfs.CrashConfig{UnsyncedMode: memfs.DropUnsynced})}
+	pc := mustOpen(t, openStore(t, crashed, 0), "/data/t-0", cfg)
+	if pc.LogStartOffset() != 0 || pc.LocalStartOffset() != cut {
+		t.Fatalf("after a crash: log start %d, local start %d", pc.LogStartOffset(), pc.LocalStartOffset())
 	}
 	p.Close()
 	p = mustOpen(t, openStore(t, fsys, 0), "/data/t-0", cfg)

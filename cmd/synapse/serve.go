@@ -38,6 +38,7 @@ type serveOptions struct {
 	shutdownTimeout   time.Duration
 	tier              string
 	tierCacheBytes    int64
+	maintenance       time.Duration
 }
 
 func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
@@ -58,6 +59,8 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.tier, "tier", "", "tiered store for sealed segments: none, file://path or s3://bucket/prefix?endpoint=..&region=..&path_style=true "+
 		"(default file://<data-dir>/tier)")
 	fs.Int64Var(&o.tierCacheBytes, "tier-cache-bytes", 256<<20, "memory budget of the cold-read chunk cache")
+	fs.DurationVar(&o.maintenance, "maintenance-interval", 10*time.Second,
+		"how often retention, segment.ms rolls and tiering uploads run (Kafka's log.retention.check.interval.ms)")
 }
 
 func (o *serveOptions) validate() error {
@@ -151,17 +154,18 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 	}
 	start := time.Now()
 	srv, err := broker.New(broker.Config{
-		Tier:              tier,
-		DataDir:           dataDir,
-		AdvertisedAddr:    advertised,
-		AutoCreateTopics:  o.autoCreateTopics,
-		DefaultPartitions: o.defaultPartitions,
-		MaxFrameSize:      o.maxRequestBytes,
-		MaxConnections:    o.maxConnections,
-		IdleTimeout:       o.idleTimeout,
-		FsyncInterval:     o.fsyncInterval,
-		MaxOpenFiles:      o.maxOpenFiles,
-		Logger:            logger.Named("broker"),
+		Tier:                tier,
+		MaintenanceInterval: o.maintenance,
+		DataDir:             dataDir,
+		AdvertisedAddr:      advertised,
+		AutoCreateTopics:    o.autoCreateTopics,
+		DefaultPartitions:   o.defaultPartitions,
+		MaxFrameSize:        o.maxRequestBytes,
+		MaxConnections:      o.maxConnections,
+		IdleTimeout:         o.idleTimeout,
+		FsyncInterval:       o.fsyncInterval,
+		MaxOpenFiles:        o.maxOpenFiles,
+		Logger:              logger.Named("broker"),
 	})
 	if err != nil {
 		ln.Close()
