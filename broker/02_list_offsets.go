@@ -15,8 +15,8 @@ import (
 //   - -3 (max timestamp, v7+): the first record holding the greatest timestamp.
 //   - -4 (earliest local, KIP-405): the first offset in local segments.
 //   - -5 (latest tiered, KIP-1005): the last offset in the bucket, -1 if none.
-//   - Timestamps are looked up in local segments only (a timestamp older
-//     than the local data answers the first local record).
+//   - With tiering, timestamps are looked up in the bucket's segments first
+//     (by their max timestamps in the manifest), then locally.
 //   - t >= 0: the first record whose timestamp is >= t, with its timestamp;
 //     offset -1 and timestamp -1 if none. The index finds the batch; that one
 //     batch is read (and decompressed if it must be, bounded) to find the
@@ -85,6 +85,24 @@ func (s *Server) listOffset(p *partition, ts int64) (offset, timestamp int64, co
 	}
 	if ts < 0 {
 		return -1, -1, kerr.UnsupportedVersion.Code
+	}
+	if s.cfg.Tier != nil && lp.LogStartOffset() < lp.LocalStartOffset() {
+		// Older data may be in the bucket: look there first.
+		b, err := s.cfg.Tier.BatchForTimestamp(s.ctx, p.tierKey(), ts)
+		if err != nil {
+			return -1, -1, kerr.KafkaStorageError.Code
+		}
+		if b != nil {
+			if recs, err := recordTimes(b); err == nil {
+				for _, r := range recs {
+					if r.ts >= ts && r.offset >= lp.LogStartOffset() {
+						return r.offset, r.ts, 0
+					}
+				}
+			}
+			h, _ := log.ParseBatchHeader(b)
+			return max(h.BaseOffset, lp.LogStartOffset()), h.MaxTimestamp, 0
+		}
 	}
 	off, mts, ok, err := lp.OffsetForTimestamp(ts)
 	if err != nil {

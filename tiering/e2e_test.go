@@ -160,6 +160,17 @@ func TestS3OffloadOutageRestore(t *testing.T) {
 		st, _ := b.srv.TierStatus(ctx)
 		return st.UploadedSegments >= 6 && st.LagSegments == 0 && localSegments(dir) <= 4
 	})
+	// ListOffsets by time finds records now only in the bucket.
+	firstTs := time.UnixMilli(1_700_000_000_000)
+	lo, err := adm.ListOffsetsAfterMilli(ctx, firstTs.UnixMilli(), "tiered")
+	if err != nil || lo.Error() != nil {
+		t.Fatal(err, lo.Error())
+	}
+	for _, p := range []int32{0, 1} {
+		if o, _ := lo.Lookup("tiered", p); o.Offset != 0 {
+			t.Fatalf("partition %d: offset for an old timestamp %d, want 0 (in the bucket)", p, o.Offset)
+		}
+	}
 	consumeExact(t, b.addr, sent) // cold, from the bucket
 	before, _ := b.srv.TierStatus(ctx)
 	consumeExact(t, b.addr, sent) // again: from the cache

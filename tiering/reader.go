@@ -269,3 +269,43 @@ func (c *chunkCache) stats() (int64, int64) {
 	defer c.mu.Unlock()
 	return c.hits, c.misses
 }
+
+// BatchForTimestamp returns the first batch in the bucket (at or after the
+// log start) whose max timestamp is >= ts, as stored bytes; nil if no
+// uploaded segment has one. The manifest's per-segment max timestamps pick
+// the segment; its batch headers are walked through the chunk cache.
+func (t *Tier) BatchForTimestamp(ctx context.Context, pk PartitionKey, ts int64) ([]byte, error) {
+	m, err := t.Manifest(ctx, pk)
+	if err != nil {
+		return nil, err
+	}
+	for _, seg := range m.Segments {
+		if seg.MaxTimestamp < ts || seg.Next <= m.LogStartOffset {
+			continue
+		}
+		key := pk.segmentKey(seg.Base, ".log")
+		for pos := int64(0); pos < seg.Size; {
+			hdr, err := t.readAt(ctx, key, seg.Size, pos, log.BatchHeaderSize)
+			if err != nil {
+				return nil, err
+			}
+			h, err := log.ParseBatchHeader(hdr)
+			if err != nil || pos+int64(h.Length) > seg.Size {
+				return nil, fmt.Errorf("tiering: %s at byte %d: bad batch header: %v", key, pos, err)
+			}
+			if h.MaxTimestamp >= ts && h.LastOffset() >= m.LogStartOffset {
+				b, err := t.readAt(ctx, key, seg.Size, pos, int64(h.Length))
+				if err != nil {
+					return nil, err
+				}
+				if !log.VerifyBatch(b, &h) {
+					t.cache.dropKey(key)
+					return nil, fmt.Errorf("tiering: %s at byte %d: crc mismatch", key, pos)
+				}
+				return b, nil
+			}
+			pos += int64(h.Length)
+		}
+	}
+	return nil, nil
+}
