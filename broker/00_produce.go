@@ -62,6 +62,10 @@ func (s *Server) handleProduce(req *kmsg.ProduceRequest) (kmsg.Response, error) 
 				sp.ErrorCode = kerr.InvalidRequiredAcks.Code
 			case t == nil:
 				sp.ErrorCode = code
+			case s.overDisk.Load():
+				// Retriable: the client backs off while uploads catch up.
+				sp.ErrorCode = kerr.KafkaStorageError.Code
+				sp.ErrorMessage = kmsg.StringPtr("local disk budget reached while the tiered store is behind; retry")
 			default:
 				p := s.reg.partition(t, rp.Partition)
 				if p == nil {

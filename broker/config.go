@@ -46,6 +46,11 @@ type Config struct {
 	// Tier is the tiered object store; nil means no tiering (all data local,
 	// retention deletes it).
 	Tier *tiering.Tier
+	// LocalDiskBudget, with tiering, caps the bytes of local segments: past
+	// it (the bucket being away, so nothing can be released) produce is
+	// refused with a retriable KAFKA_STORAGE_ERROR until uploads catch up.
+	// 0 means no cap.
+	LocalDiskBudget int64
 	// MaintenanceInterval is how often retention, segment.ms rolls and
 	// tiering run over every partition (default 10 s).
 	MaintenanceInterval time.Duration

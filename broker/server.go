@@ -37,6 +37,7 @@ type Server struct {
 	connWG    sync.WaitGroup
 	shutting  atomic.Bool
 	serving   atomic.Bool
+	overDisk  atomic.Bool // local segments above LocalDiskBudget (tiering)
 	maintDone chan struct{}
 	closeOnce sync.Once
 
@@ -232,6 +233,18 @@ func (s *Server) maintain() {
 		case <-t.C:
 		}
 		now := s.cfg.Now()
+		var local int64
+		for _, tp := range s.reg.all() {
+			for _, p := range s.reg.partitionsOf(tp) {
+				local += p.log.LocalBytes()
+			}
+		}
+		if b := s.cfg.LocalDiskBudget; b > 0 && s.cfg.Tier != nil {
+			over := local > b
+			if over != s.overDisk.Swap(over) {
+				s.logger.Warn("local disk budget", zap.Bool("over", over), zap.Int64("local_bytes", local), zap.Int64("budget", b))
+			}
+		}
 		for _, tp := range s.reg.all() {
 			for _, p := range s.reg.partitionsOf(tp) {
 				if _, err := p.log.Maintain(now); err != nil && !errors.Is(err, log.ErrClosed) {

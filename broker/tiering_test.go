@@ -2,14 +2,17 @@ package broker
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap/zaptest"
@@ -142,3 +145,85 @@ func TestTieringOffloadColdReadRestore(t *testing.T) {
 }
 
 func kstr(s string) *string { return &s }
+
+// TestBucketOutageDiskBudget: with the bucket away, produce is accepted up
+// to the local disk budget, then refused with a retriable error; when the
+// bucket returns, uploads catch up, local copies are released and produce
+// works again. Nothing acknowledged is lost.
+func TestBucketOutageDiskBudget(t *testing.T) {
+	store := tiering.NewMemStore()
+	var away atomic.Bool
+	store.SetFault(func(op, key string) error {
+		if away.Load() {
+			return errors.New("connection refused")
+		}
+		return nil
+	})
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{DataDir: dir, Tier: tiering.New(store, nil, 8<<20), MaintenanceInterval: 20 * time.Millisecond,
+		LocalDiskBudget: 200_000, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{Server: s, addr: ln.Addr().String(), dir: dir, done: make(chan error, 1)}
+	go func() { ts.done <- s.Serve(ln) }()
+	t.Cleanup(func() { ts.stop(t) })
+	_, adm := client(t, ts.addr)
+	ctx := ctxT(t)
+	cfg := map[string]*string{"segment.bytes": kstr("20000"), "local.retention.bytes": kstr("0"), "retention.ms": kstr("-1")}
+	if _, err := adm.CreateTopic(ctx, 1, 1, cfg, "budget"); err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.RecordRetries(1))
+	away.Store(true)
+	var acked []*kgo.Record
+	refused := false
+	for i := 0; i < 400 && !refused; i++ {
+		r := &kgo.Record{Topic: "budget", Key: []byte(fmt.Sprint(i)), Value: bytes.Repeat([]byte{byte(i), 7, byte(i >> 3)}, 400)}
+		err := pr.ProduceSync(ctx, r).FirstErr()
+		switch {
+		case err == nil:
+			acked = append(acked, r)
+		case errors.Is(err, kerr.KafkaStorageError):
+			refused = true
+		default:
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond) // let maintenance see the growth
+	}
+	if !refused {
+		t.Fatal("produce never refused past the local disk budget while the bucket was away")
+	}
+	if !kerr.KafkaStorageError.Retriable {
+		t.Fatal("the refusal must be retriable")
+	}
+	away.Store(false)
+	waitUntil(t, 10*time.Second, func() bool {
+		return pr.ProduceSync(ctx, &kgo.Record{Topic: "budget", Key: []byte("after"), Value: []byte("x")}).FirstErr() == nil
+	})
+	got := consumeAll(t, ts.addr, "budget", len(acked)+1)
+	byKey := map[string][]byte{}
+	for _, r := range got {
+		byKey[string(r.Key)] = r.Value
+	}
+	for _, r := range acked {
+		if !bytes.Equal(byKey[string(r.Key)], r.Value) {
+			t.Fatalf("acknowledged record %s lost", r.Key)
+		}
+	}
+}
+
+func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition never held")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -142,3 +142,12 @@ func (p *Partition) Rebase(next, logStart int64) error {
 	p.wake()
 	return nil
 }
+
+// LocalBytes is the size of the partition's local segments.
+func (p *Partition) LocalBytes() int64 {
+	var n int64
+	for _, seg := range p.segments() {
+		n += seg.size.Load()
+	}
+	return n
+}

@@ -39,6 +39,7 @@ type serveOptions struct {
 	tier              string
 	tierCacheBytes    int64
 	maintenance       time.Duration
+	diskBudget        int64
 }
 
 func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
@@ -59,6 +60,8 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.tier, "tier", "", "tiered store for sealed segments: none, file://path or s3://bucket/prefix?endpoint=..&region=..&path_style=true "+
 		"(default file://<data-dir>/tier)")
 	fs.Int64Var(&o.tierCacheBytes, "tier-cache-bytes", 256<<20, "memory budget of the cold-read chunk cache")
+	fs.Int64Var(&o.diskBudget, "local-disk-budget", 0,
+		"with tiering: bytes of local segments above which produce is refused (retriable) until uploads catch up; 0 = no cap")
 	fs.DurationVar(&o.maintenance, "maintenance-interval", 10*time.Second,
 		"how often retention, segment.ms rolls and tiering uploads run (Kafka's log.retention.check.interval.ms)")
 }
@@ -156,6 +159,7 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 	srv, err := broker.New(broker.Config{
 		Tier:                tier,
 		MaintenanceInterval: o.maintenance,
+		LocalDiskBudget:     o.diskBudget,
 		DataDir:             dataDir,
 		AdvertisedAddr:      advertised,
 		AutoCreateTopics:    o.autoCreateTopics,
