@@ -226,6 +226,9 @@ func (s *Server) maintain() {
 	defer close(s.maintDone)
 	t := time.NewTicker(s.cfg.MaintenanceInterval)
 	defer t.Stop()
+	if s.cfg.Tier != nil {
+		s.cleanOrphans() // no upload runs yet: safe
+	}
 	for {
 		select {
 		case <-s.ctx.Done():

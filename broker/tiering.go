@@ -186,3 +186,23 @@ func (s *Server) TierStatus(ctx context.Context) (st TierStatus, ok bool) {
 	}
 	return st, true
 }
+
+// cleanOrphans removes objects no manifest names (interrupted uploads or
+// retention passes) once at start-up, before the first upload.
+func (s *Server) cleanOrphans() {
+	for _, t := range s.reg.all() {
+		for _, p := range s.reg.partitionsOf(t) {
+			if s.ctx.Err() != nil {
+				return
+			}
+			ctx, cancel := context.WithTimeout(s.ctx, tierOpTimeout)
+			n, err := s.cfg.Tier.CleanOrphans(ctx, p.tierKey())
+			cancel()
+			if err != nil {
+				s.logger.Warn("clean orphan objects", zap.String("topic", t.name), zap.Int32("partition", p.index), zap.Error(err))
+			} else if n > 0 {
+				s.logger.Info("cleaned orphan objects", zap.String("topic", t.name), zap.Int32("partition", p.index), zap.Int("objects", n))
+			}
+		}
+	}
+}

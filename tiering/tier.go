@@ -320,3 +320,38 @@ func (t *Tier) Forget(ctx context.Context, pk PartitionKey) error {
 	}
 	return nil
 }
+
+// CleanOrphans deletes segment objects of pk that its manifest does not
+// name and that no upload can still be writing: leftovers of an upload cut
+// short before its manifest commit, or of a retention pass cut short after
+// it. Call it when no Upload of pk runs (the broker does at start-up). It
+// returns the number of objects deleted.
+func (t *Tier) CleanOrphans(ctx context.Context, pk PartitionKey) (int, error) {
+	m, err := t.Manifest(ctx, pk)
+	if err != nil {
+		return 0, err
+	}
+	keys, err := t.store.List(ctx, pk.dir()+"/")
+	if err != nil {
+		t.errs.Add(1)
+		return 0, err
+	}
+	named := map[string]bool{pk.manifestKey(): true}
+	for _, s := range m.Segments {
+		for _, ext := range []string{".log", ".index", ".timeindex"} {
+			named[pk.segmentKey(s.Base, ext)] = true
+		}
+	}
+	n := 0
+	for _, k := range keys {
+		if named[k] {
+			continue
+		}
+		if err := t.store.Delete(ctx, k); err != nil {
+			t.errs.Add(1)
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}

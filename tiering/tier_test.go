@@ -244,3 +244,26 @@ func TestRetentionAcrossTiers(t *testing.T) {
 	}
 	f.readAll(f.lp.LogStartOffset())
 }
+
+func TestCleanOrphans(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.produce(40, 1000)
+	if _, err := f.tier.Upload(ctx, f.pk, f.lp); err != nil {
+		t.Fatal(err)
+	}
+	// An upload cut short before its manifest commit, and a stray object.
+	orphan := f.pk.segmentKey(999999, ".log")
+	f.store.Put(ctx, orphan, bytes.NewReader([]byte("x")), 1)
+	n, err := f.tier.CleanOrphans(ctx, f.pk)
+	if err != nil || n != 1 {
+		t.Fatalf("CleanOrphans: %d, %v", n, err)
+	}
+	if _, err := f.store.GetRange(ctx, orphan, 0, -1); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("orphan still there: %v", err)
+	}
+	if _, err := f.tier.ReleaseLocal(ctx, f.pk, f.lp, 0, -1, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	f.readAll(0) // nothing named by the manifest went
+}
