@@ -29,48 +29,85 @@ func (t *Tier) Read(ctx context.Context, pk PartitionKey, offset, maxBytes int64
 	if err != nil {
 		return nil, 0, err
 	}
-	seg := m.find(max(offset, m.LogStartOffset))
-	if seg == nil {
+	offset = max(offset, m.LogStartOffset)
+	i := -1
+	for j := range m.Segments {
+		if s := &m.Segments[j]; s.Base <= offset && offset < s.Next {
+			i = j
+			break
+		}
+	}
+	if i < 0 {
 		return nil, 0, ErrOffsetNotTiered
 	}
-	key := pk.segmentKey(seg.Base, ".log")
-	pos := log.IndexLookup(t.index(ctx, pk, seg.Base), seg.Base, offset)
-	var out []byte
+	var total int64
+	for _, s := range m.Segments[i:] {
+		total += s.Size
+	}
+	out := make([]byte, 0, min(maxBytes, total))
 	next := offset
-	for pos < seg.Size {
-		hdr, err := t.readAt(ctx, key, seg.Size, pos, log.BatchHeaderSize)
+	// Whole batches from the segment holding offset, then from the
+	// following segments while the budget lasts.
+	for ; i < len(m.Segments); i++ {
+		seg := &m.Segments[i]
+		if i+1 < len(m.Segments) {
+			// A catch-up reader reaches the next segment soon: start it.
+			t.prefetch(pk.segmentKey(m.Segments[i+1].Base, ".log"), m.Segments[i+1].Size, 0)
+		}
+		full, err := t.readSegment(ctx, pk, seg, next, maxBytes, &out, &next)
 		if err != nil {
 			return nil, 0, err
+		}
+		if full {
+			break
+		}
+	}
+	return out, next, nil
+}
+
+// readSegment appends whole batches of seg from the one holding *next on,
+// while they fit maxBytes (the first batch of the read always goes). It
+// reports whether the budget is spent.
+func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMeta, offset, maxBytes int64, out *[]byte, next *int64) (bool, error) {
+	key := pk.segmentKey(seg.Base, ".log")
+	pos := int64(0)
+	if offset > seg.Base {
+		pos = log.IndexLookup(t.index(ctx, pk, seg.Base), seg.Base, offset)
+	}
+	var hbuf [log.BatchHeaderSize]byte
+	for pos < seg.Size {
+		hdr, err := t.appendAt(ctx, hbuf[:0], key, seg.Size, pos, log.BatchHeaderSize)
+		if err != nil {
+			return false, err
 		}
 		h, err := log.ParseBatchHeader(hdr)
 		if err != nil || pos+int64(h.Length) > seg.Size {
 			t.cache.dropKey(key)
-			return nil, 0, fmt.Errorf("tiering: %s at byte %d: bad batch header: %v", key, pos, err)
+			return false, fmt.Errorf("tiering: %s at byte %d: bad batch header: %v", key, pos, err)
 		}
 		if h.LastOffset() < offset {
 			pos += int64(h.Length)
 			continue
 		}
-		if len(out) > 0 && int64(len(out))+int64(h.Length) > maxBytes {
-			break
+		if len(*out) > 0 && int64(len(*out))+int64(h.Length) > maxBytes {
+			return true, nil
 		}
-		b, err := t.readAt(ctx, key, seg.Size, pos, int64(h.Length))
-		if err != nil {
-			return nil, 0, err
+		start := len(*out)
+		if *out, err = t.appendAt(ctx, *out, key, seg.Size, pos, int64(h.Length)); err != nil {
+			return false, err
 		}
-		if !log.VerifyBatch(b, &h) {
+		if !log.VerifyBatch((*out)[start:], &h) {
 			t.cache.dropKey(key)
 			t.errs.Add(1)
-			return nil, 0, fmt.Errorf("tiering: %s at byte %d: crc mismatch in batch %d", key, pos, h.BaseOffset)
+			return false, fmt.Errorf("tiering: %s at byte %d: crc mismatch in batch %d", key, pos, h.BaseOffset)
 		}
-		out = append(out, b...)
-		next = h.NextOffset()
+		*next = h.NextOffset()
 		pos += int64(h.Length)
-		if int64(len(out)) >= maxBytes {
-			break
+		if int64(len(*out)) >= maxBytes {
+			return true, nil
 		}
 	}
-	return out, next, nil
+	return false, nil
 }
 
 // index returns the remote .index object of a segment (nil if missing).
@@ -95,7 +132,12 @@ func (t *Tier) index(ctx context.Context, pk PartitionKey, base int64) []byte {
 
 // readAt returns n bytes of an object at pos through the chunk cache.
 func (t *Tier) readAt(ctx context.Context, key string, size, pos, n int64) ([]byte, error) {
-	out := make([]byte, 0, n)
+	return t.appendAt(ctx, make([]byte, 0, n), key, size, pos, n)
+}
+
+// appendAt appends n bytes of an object at pos to out, through the chunk
+// cache, copying each byte once.
+func (t *Tier) appendAt(ctx context.Context, out []byte, key string, size, pos, n int64) ([]byte, error) {
 	for n > 0 {
 		ci := pos / chunkSize
 		c, err := t.chunk(ctx, key, size, ci)
@@ -129,7 +171,7 @@ func (t *Tier) chunk(ctx context.Context, key string, size, ci int64) ([]byte, e
 }
 
 // readAhead is how many chunks past the one read are fetched in advance.
-const readAhead = 2
+const readAhead = 3
 
 func (t *Tier) fetchChunk(ctx context.Context, key string, size, ci int64) ([]byte, error) {
 	if c := t.cache.get(key, ci); c != nil {
