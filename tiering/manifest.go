@@ -35,16 +35,6 @@ func (m *Manifest) Next() int64 {
 	return m.LogStartOffset
 }
 
-// find returns the segment holding offset, or nil.
-func (m *Manifest) find(offset int64) *SegmentMeta {
-	for i := range m.Segments {
-		if s := &m.Segments[i]; s.Base <= offset && offset < s.Next {
-			return s
-		}
-	}
-	return nil
-}
-
 func (m *Manifest) clone() *Manifest {
 	c := *m
 	c.Segments = append([]SegmentMeta(nil), m.Segments...)
