@@ -176,20 +176,21 @@ func (s *syncer) markDirty(p *Partition) {
 	s.mu.Unlock()
 }
 
-// commit runs a round if none is running, else waits for the running one
-// to end. Callers loop until their condition holds: a round that was already
-// running may not have included their bytes.
-func (s *syncer) commit() {
+// commit runs a round if none is running (and reports true), else waits
+// for the running one to end. Callers loop until their condition holds: a
+// round that was already running may not have included their bytes.
+func (s *syncer) commit() (led bool) {
 	s.mu.Lock()
 	if s.cur == nil {
 		parts, done := s.startLocked()
 		s.mu.Unlock()
 		s.runRound(parts, done)
-		return
+		return true
 	}
 	ch := s.cur
 	s.mu.Unlock()
 	<-ch
+	return false
 }
 
 // startLocked begins a round: it takes the dirty set. s.mu held.
@@ -238,18 +239,9 @@ func (s *syncer) run() {
 			s.armed = false
 			s.mu.Unlock()
 		case <-s.quit:
-			for { // a final round after any running one
-				s.mu.Lock()
-				if s.cur == nil {
-					parts, done := s.startLocked()
-					s.mu.Unlock()
-					s.runRound(parts, done)
-					return
-				}
-				ch := s.cur
-				s.mu.Unlock()
-				<-ch
+			for !s.commit() { // a final round of our own, after any running one
 			}
+			return
 		}
 		s.mu.Lock()
 		if s.cur != nil || len(s.dirty) == 0 {
