@@ -19,7 +19,10 @@ import (
 //     first batch of the response is returned whatever its size (KIP-74).
 //   - Long poll: with fewer than MinBytes available the request waits up to
 //     MaxWaitMs, woken by appends (the high watermark moving) on any of its
-//     partitions, or by shutdown.
+//     partitions, by a cold chunk landing, or by shutdown.
+//   - Offsets below the local start are read from the tiered store; a chunk
+//     not cached yet is downloaded in the background and the partition
+//     answers empty meanwhile, so the bucket never stalls the others.
 //   - Bytes are bounded by the high watermark (the durable end under the
 //     durable policy); the last stable offset equals it (no transactions).
 //   - OFFSET_OUT_OF_RANGE below the log start or past the log end.
@@ -119,7 +122,11 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-c
 			if errors.Is(err, log.ErrNotLocal) && s.cfg.Tier != nil && (budget > 0 || total == 0) {
 				// Below the local start: served from the bucket.
 				var b []byte
-				if b, err = s.coldRead(p, rp.FetchOffset, max(budget, 1)); err == nil {
+				var wait <-chan struct{}
+				if b, wait, err = s.coldRead(p, rp.FetchOffset, max(budget, 1)); err == nil {
+					if wait != nil {
+						waitOn = append(waitOn, wait)
+					}
 					sp.HighWatermark = p.log.HighWatermark()
 					sp.LastStableOffset, sp.LogStartOffset = sp.HighWatermark, p.log.LogStartOffset()
 					cold[len(reads)] = b

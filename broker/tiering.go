@@ -63,15 +63,18 @@ func localRetention(set map[string]string, local, whole string) int64 {
 	return v
 }
 
-// coldRead serves a fetch below the local start from the bucket.
-func (s *Server) coldRead(p *partition, offset, maxBytes int64) ([]byte, error) {
+// coldRead serves a fetch below the local start from the bucket without
+// stalling on it: cached chunks are served at once; otherwise the download
+// starts and wait (closed when it lands) joins the fetch's long-poll
+// wake-ups, so the other partitions of the fetch are answered meanwhile.
+func (s *Server) coldRead(p *partition, offset, maxBytes int64) ([]byte, <-chan struct{}, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
-	b, _, err := s.cfg.Tier.Read(ctx, p.tierKey(), offset, maxBytes)
+	b, _, wait, err := s.cfg.Tier.ReadNoWait(ctx, p.tierKey(), offset, maxBytes)
 	if errors.Is(err, tiering.ErrOffsetNotTiered) {
-		return nil, log.ErrOffsetOutOfRange
+		return nil, nil, log.ErrOffsetOutOfRange
 	}
-	return b, err
+	return b, wait, err
 }
 
 // mirrorTopics copies topics.json to the bucket (best effort: a failure is

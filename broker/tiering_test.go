@@ -227,3 +227,74 @@ func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestSlowBucketDoesNotStallTailPartitions: a fetch naming a cold partition
+// (its chunk slow to arrive from the bucket) and a tail partition answers
+// the tail partition at once; the cold data arrives in a later fetch.
+func TestSlowBucketDoesNotStallTailPartitions(t *testing.T) {
+	store := tiering.NewMemStore()
+	var slow atomic.Bool
+	store.SetFault(func(op, key string) error {
+		if op == "get" && slow.Load() && strings.HasSuffix(key, ".log") {
+			time.Sleep(3 * time.Second)
+		}
+		return nil
+	})
+	dir := t.TempDir()
+	ts := startTiered(t, dir, tiering.New(store, nil, 8<<20))
+	_, adm := client(t, ts.addr)
+	ctx := ctxT(t)
+	cfg := map[string]*string{"segment.bytes": kstr("5000"), "local.retention.bytes": kstr("0"), "retention.ms": kstr("-1")}
+	if _, err := adm.CreateTopic(ctx, 2, 1, cfg, "mixed"); err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := client(t, ts.addr, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchCompression(kgo.NoCompression()))
+	for i := 0; i < 40; i++ {
+		if err := pr.ProduceSync(ctx, &kgo.Record{Topic: "mixed", Partition: 0, Value: bytes.Repeat([]byte{1, 2, 3}, 300)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p0 := ts.reg.partition(ts.reg.get("mixed"), 0)
+	waitUntil(t, 10*time.Second, func() bool { return p0.log.LocalStartOffset() > 0 })
+	if err := pr.ProduceSync(ctx, &kgo.Record{Topic: "mixed", Partition: 1, Value: []byte("tail")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	slow.Store(true)
+	req := kmsg.NewPtrFetchRequest()
+	req.Version = 12
+	req.MaxWaitMillis, req.MinBytes, req.MaxBytes = 5000, 1, 1<<20
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic, rt.TopicID = "mixed", ts.reg.get("mixed").id // kgo may send v13+: by id
+	for _, p := range []int32{0, 1} {
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, 0, 1<<20
+		rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	start := time.Now()
+	resp, err := req.RequestWith(ctx, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("fetch took %v behind a slow bucket", took)
+	}
+	var tail, cold int
+	for _, p := range resp.Topics[0].Partitions {
+		if p.Partition == 1 {
+			tail = len(p.RecordBatches)
+		} else {
+			cold = len(p.RecordBatches)
+		}
+	}
+	if tail == 0 || cold != 0 {
+		t.Fatalf("tail partition %d bytes, cold partition %d bytes: %+v", tail, cold, resp.Topics[0].Partitions)
+	}
+	// The download finishes in the background; a later fetch gets the data.
+	slow.Store(false)
+	waitUntil(t, 10*time.Second, func() bool {
+		resp, err := req.RequestWith(ctx, pr)
+		return err == nil && len(resp.Topics[0].Partitions[0].RecordBatches) > 0
+	})
+}

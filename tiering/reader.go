@@ -55,6 +55,10 @@ func (t *Tier) Read(ctx context.Context, pk PartitionKey, offset, maxBytes int64
 			t.prefetch(pk.segmentKey(m.Segments[i+1].Base, ".log"), m.Segments[i+1].Size, 0)
 		}
 		full, err := t.readSegment(ctx, pk, seg, next, maxBytes, &out, &next)
+		var nr *NotReadyError
+		if errors.As(err, &nr) && len(out) > 0 {
+			return out, next, nil // what was ready; the rest is on its way
+		}
 		if err != nil {
 			return nil, 0, err
 		}
@@ -93,9 +97,12 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 			return true, nil
 		}
 		start := len(*out)
-		if *out, err = t.appendAt(ctx, *out, key, seg.Size, pos, int64(h.Length)); err != nil {
+		b, err := t.appendAt(ctx, *out, key, seg.Size, pos, int64(h.Length))
+		if err != nil {
+			*out = (*out)[:start] // keep the whole batches read so far
 			return false, err
 		}
+		*out = b
 		if !log.VerifyBatch((*out)[start:], &h) {
 			t.cache.dropKey(key)
 			t.errs.Add(1)
@@ -159,27 +166,68 @@ func (t *Tier) appendAt(ctx context.Context, out []byte, key string, size, pos, 
 // chunk returns chunk ci of an object, from the cache, from a download
 // already in flight, or by downloading it. Each download also starts the
 // next readAhead chunks in the background, so a sequential catch-up reader
-// finds them ready.
+// finds them ready. Under a no-wait context a missing chunk is not waited
+// for: its download starts and a *NotReadyError says what to wait on.
 func (t *Tier) chunk(ctx context.Context, key string, size, ci int64) ([]byte, error) {
+	if ctx.Value(noWaitKey{}) != nil {
+		if c := t.cache.get(key, ci); c != nil {
+			t.readAheadFrom(key, size, ci)
+			return c, nil
+		}
+		return nil, &NotReadyError{Wait: t.startFetch(key, size, ci)}
+	}
 	c, err := t.fetchChunk(ctx, key, size, ci)
 	if err == nil {
-		for ahead := ci + 1; ahead <= ci+readAhead && ahead*chunkSize < size; ahead++ {
-			t.prefetch(key, size, ahead)
-		}
+		t.readAheadFrom(key, size, ci)
 	}
 	return c, err
+}
+
+func (t *Tier) readAheadFrom(key string, size, ci int64) {
+	for ahead := ci + 1; ahead <= ci+readAhead && ahead*chunkSize < size; ahead++ {
+		t.prefetch(key, size, ahead)
+	}
 }
 
 // readAhead is how many chunks past the one read are fetched in advance.
 const readAhead = 3
 
-func (t *Tier) fetchChunk(ctx context.Context, key string, size, ci int64) ([]byte, error) {
-	if c := t.cache.get(key, ci); c != nil {
-		return c, nil
+// NotReadyError means a cold read needs a chunk that is still downloading;
+// Wait is closed when the download ends (successfully or not).
+type NotReadyError struct{ Wait <-chan struct{} }
+
+func (e *NotReadyError) Error() string { return "tiering: chunk still downloading" }
+
+type noWaitKey struct{}
+
+// ReadNoWait is Read for a request that must not stall on the bucket: what
+// is cached is returned at once; if the first batch needs a chunk that is not
+// cached yet, its download starts and wait is closed when it ends (read
+// again then). The broker adds wait to a fetch's long-poll wake-ups, so a
+// slow bucket never holds up other partitions of the same fetch.
+func (t *Tier) ReadNoWait(ctx context.Context, pk PartitionKey, offset, maxBytes int64) (b []byte, next int64, wait <-chan struct{}, err error) {
+	b, next, err = t.Read(context.WithValue(ctx, noWaitKey{}, true), pk, offset, maxBytes)
+	var nr *NotReadyError
+	if errors.As(err, &nr) {
+		return nil, offset, nr.Wait, nil
 	}
-	id := chunkID{key, ci}
-	t.mu.Lock()
-	if wait, ok := t.inflight[id]; ok {
+	return b, next, nil, err
+}
+
+func (t *Tier) fetchChunk(ctx context.Context, key string, size, ci int64) ([]byte, error) {
+	for {
+		if c := t.cache.get(key, ci); c != nil {
+			return c, nil
+		}
+		id := chunkID{key, ci}
+		t.mu.Lock()
+		wait, busy := t.inflight[id]
+		if !busy {
+			done := make(chan struct{})
+			t.inflight[id] = done
+			t.mu.Unlock()
+			return t.download(ctx, key, size, ci, done)
+		}
 		t.mu.Unlock()
 		select {
 		case <-wait:
@@ -189,14 +237,16 @@ func (t *Tier) fetchChunk(ctx context.Context, key string, size, ci int64) ([]by
 		if c := t.cache.peek(key, ci); c != nil {
 			return c, nil
 		}
-		t.mu.Lock() // the other download failed: try ourselves
+		// That download failed: try ourselves.
 	}
-	done := make(chan struct{})
-	t.inflight[id] = done
-	t.mu.Unlock()
+}
+
+// download fetches a chunk registered in inflight under done, caches it and
+// closes done.
+func (t *Tier) download(ctx context.Context, key string, size, ci int64, done chan struct{}) ([]byte, error) {
 	defer func() {
 		t.mu.Lock()
-		delete(t.inflight, id)
+		delete(t.inflight, chunkID{key, ci})
 		t.mu.Unlock()
 		close(done)
 	}()
@@ -212,23 +262,38 @@ func (t *Tier) fetchChunk(ctx context.Context, key string, size, ci int64) ([]by
 	return c, nil
 }
 
-// prefetch downloads a chunk in the background unless it is cached or on
-// its way.
-func (t *Tier) prefetch(key string, size, ci int64) {
-	if t.cache.peek(key, ci) != nil {
-		return
-	}
+// startFetch makes sure a chunk is on its way and returns a channel closed
+// when it is cached (or its download failed).
+func (t *Tier) startFetch(key string, size, ci int64) <-chan struct{} {
+	id := chunkID{key, ci}
 	t.mu.Lock()
-	_, busy := t.inflight[chunkID{key, ci}]
-	t.mu.Unlock()
-	if busy {
-		return
+	if wait, ok := t.inflight[id]; ok {
+		t.mu.Unlock()
+		return wait
 	}
+	if t.cache.peek(key, ci) != nil {
+		t.mu.Unlock()
+		closed := make(chan struct{})
+		close(closed)
+		return closed
+	}
+	done := make(chan struct{})
+	t.inflight[id] = done
+	t.mu.Unlock()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		t.fetchChunk(ctx, key, size, ci)
+		t.download(ctx, key, size, ci, done) // no read-ahead from here: reads drive it
 	}()
+	return done
+}
+
+// prefetch downloads a chunk in the background unless it is cached or on
+// its way.
+func (t *Tier) prefetch(key string, size, ci int64) {
+	if t.cache.peek(key, ci) == nil {
+		t.startFetch(key, size, ci)
+	}
 }
 
 // chunkCache is an LRU of object chunks bounded in bytes.
