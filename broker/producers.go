@@ -3,6 +3,7 @@ package broker
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -128,4 +129,46 @@ func (p *partition) saveProducers() {
 	if err == nil {
 		log.WriteFileAtomic(log.OSFS, filepath.Join(p.log.Dir(), producersFile), b)
 	}
+}
+
+// producerSnapshotBelow encodes the producer state as of offset end: only
+// batches below end are kept (what the bucket holds when end is the
+// manifest's next offset). It returns nil if there is nothing to keep.
+func (p *partition) producerSnapshotBelow(end int64) []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	snap := producerSnapshot{Version: 1, LogEnd: end, Producers: map[int64]*producerState{}}
+	for id, st := range p.producers {
+		var keep []seqBatch
+		for _, b := range st.Batches {
+			if b.BaseOffset < end {
+				keep = append(keep, b)
+			}
+		}
+		if len(keep) > 0 {
+			snap.Producers[id] = &producerState{Epoch: st.Epoch, Batches: keep}
+		}
+	}
+	if len(snap.Producers) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(snap)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// restoreProducers installs a snapshot from the bucket into a partition
+// that was just rebased at its LogEnd, and persists it locally.
+func (p *partition) restoreProducers(b []byte) error {
+	var snap producerSnapshot
+	if err := json.Unmarshal(b, &snap); err != nil || snap.Version != 1 || snap.Producers == nil {
+		return fmt.Errorf("broker: producer snapshot in the bucket is unreadable: %v", err)
+	}
+	p.mu.Lock()
+	p.producers = snap.Producers
+	p.mu.Unlock()
+	p.saveProducers()
+	return nil
 }

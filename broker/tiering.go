@@ -38,9 +38,13 @@ func (s *Server) tierPartition(p *partition, now time.Time) {
 	defer cancel()
 	pk := p.tierKey()
 	l := s.logger.With(zap.String("topic", p.topic.name), zap.Int32("partition", p.index))
-	if _, err := t.Upload(ctx, pk, p.log); err != nil {
+	n, err := t.Upload(ctx, pk, p.log)
+	if err != nil {
 		l.Warn("upload to the tiered store", zap.Error(err)) // retried next pass
 		return
+	}
+	if n > 0 {
+		s.mirrorProducers(ctx, p)
 	}
 	set := s.reg.configsOf(p.topic)
 	keepBytes := localRetention(set, "local.retention.bytes", "retention.bytes")
@@ -126,6 +130,13 @@ func (s *Server) rebaseRestored(ctx context.Context) error {
 			if err := p.log.Rebase(m.Next(), m.LogStartOffset); err != nil {
 				return fmt.Errorf("broker: restore %s-%d: %w", t.name, p.index, err)
 			}
+			if b, err := s.cfg.Tier.Store().GetRange(ctx, producersKey(p.tierKey()), 0, -1); err == nil {
+				if err := p.restoreProducers(b); err != nil {
+					s.logger.Warn("restore producer state", zap.String("topic", t.name), zap.Int32("partition", p.index), zap.Error(err))
+				}
+			} else if !errors.Is(err, tiering.ErrNotFound) {
+				return fmt.Errorf("broker: restore %s-%d producer state: %w", t.name, p.index, err)
+			}
 			s.logger.Info("restored partition from the tiered store", zap.String("topic", t.name),
 				zap.Int32("partition", p.index), zap.Int64("log_start_offset", m.LogStartOffset), zap.Int64("next_offset", m.Next()))
 		}
@@ -146,7 +157,9 @@ func (s *Server) offloadAll(ctx context.Context) {
 			}
 			if _, err := s.cfg.Tier.Upload(ctx, p.tierKey(), p.log); err != nil {
 				s.logger.Warn("final upload", zap.String("topic", t.name), zap.Int32("partition", p.index), zap.Error(err))
+				continue
 			}
+			s.mirrorProducers(ctx, p)
 		}
 	}
 }
@@ -207,5 +220,26 @@ func (s *Server) cleanOrphans() {
 				s.logger.Info("cleaned orphan objects", zap.String("topic", t.name), zap.Int32("partition", p.index), zap.Int("objects", n))
 			}
 		}
+	}
+}
+
+// producersKey is where a partition's producer snapshot is mirrored.
+func producersKey(pk tiering.PartitionKey) string {
+	return fmt.Sprintf("_synapse/producers/%s-%x/%d.json", pk.Topic, pk.TopicID, pk.Partition)
+}
+
+// mirrorProducers copies the idempotent-producer state covering what the
+// bucket holds, so a restored broker still recognises retried batches.
+func (s *Server) mirrorProducers(ctx context.Context, p *partition) {
+	m, err := s.cfg.Tier.Manifest(ctx, p.tierKey())
+	if err != nil {
+		return
+	}
+	b := p.producerSnapshotBelow(m.Next())
+	if b == nil {
+		return
+	}
+	if err := s.cfg.Tier.Store().Put(ctx, producersKey(p.tierKey()), bytes.NewReader(b), int64(len(b))); err != nil {
+		s.logger.Warn("mirror producer state", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
 	}
 }

@@ -298,3 +298,54 @@ func TestSlowBucketDoesNotStallTailPartitions(t *testing.T) {
 		return err == nil && len(resp.Topics[0].Partitions[0].RecordBatches) > 0
 	})
 }
+
+// TestRestoreKeepsProducerState: after a restore from the bucket, a retried
+// idempotent batch is answered with its original offset, not written twice.
+func TestRestoreKeepsProducerState(t *testing.T) {
+	store := tiering.NewMemStore()
+	ts := startTiered(t, t.TempDir(), tiering.New(store, nil, 8<<20))
+	cl, adm := client(t, ts.addr)
+	ctx := ctxT(t)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "idem"); err != nil {
+		t.Fatal(err)
+	}
+	ipr, err := kmsg.NewPtrInitProducerIDRequest().RequestWith(ctx, cl)
+	if err != nil || ipr.ErrorCode != 0 {
+		t.Fatal(err, ipr)
+	}
+	send := func(addr string, id [16]byte, seq int32) *kmsg.ProduceResponseTopicPartition {
+		t.Helper()
+		c, _ := client(t, addr)
+		req := kmsg.NewPtrProduceRequest()
+		req.Acks, req.TimeoutMillis = -1, 5000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic, rt.TopicID = "idem", id
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rb := kmsg.RecordBatch{Magic: 2, ProducerID: ipr.ProducerID, FirstSequence: seq, NumRecords: 1, FirstTimestamp: 1, MaxTimestamp: 1}
+		rec := kmsg.Record{Value: []byte("x")}
+		rec.Length = int32(len(rec.AppendTo(nil)) - 1)
+		rb.Records = rec.AppendTo(nil)
+		rp.Records = fixCRC(rb.AppendTo(nil))
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &resp.Topics[0].Partitions[0]
+	}
+	id := ts.reg.get("idem").id
+	for seq := int32(0); seq < 3; seq++ {
+		if r := send(ts.addr, id, seq); r.ErrorCode != 0 || r.BaseOffset != int64(seq) {
+			t.Fatalf("seq %d: %+v", seq, r)
+		}
+	}
+	ts.stop(t) // graceful: offloads the data and the producer state
+	ts2 := startTiered(t, t.TempDir(), tiering.New(store, nil, 8<<20))
+	if r := send(ts2.addr, id, 2); r.ErrorCode != 0 || r.BaseOffset != 2 {
+		t.Fatalf("retried batch after restore: %+v", r)
+	}
+	if r := send(ts2.addr, id, 3); r.ErrorCode != 0 || r.BaseOffset != 3 {
+		t.Fatalf("next batch after restore: %+v", r)
+	}
+}
