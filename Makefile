@@ -88,8 +88,10 @@ fuzz:
 
 # Ratios against baselines measured in the same run; see README.md.
 BENCH_ARGS ?=
-bench: build
+bench: build tools
 	./bin/synapse bench log $(BENCH_ARGS)
+	cd tiering && TIERING_REQUIRE_S3=1 VERSITYGW_BIN="$(TOOLS_BIN)/versitygw" \
+		$(GO) test -run '^$$' -bench 'ColdCatchUp|UploadKeepsUp' -benchtime 3x .
 
 clean:
 	rm -rf bin/

@@ -222,6 +222,9 @@ func (s *Server) Close() {
 	})
 }
 
+// tierParallelism is how many partitions' tiering steps run at once.
+const tierParallelism = 4
+
 func (s *Server) maintain() {
 	defer close(s.maintDone)
 	t := time.NewTicker(s.cfg.MaintenanceInterval)
@@ -248,6 +251,10 @@ func (s *Server) maintain() {
 				s.logger.Warn("local disk budget", zap.Bool("over", over), zap.Int64("local_bytes", local), zap.Int64("budget", b))
 			}
 		}
+		// Tiering work runs on a few partitions at once: uploads are
+		// network-bound, and one slow partition must not hold up the rest.
+		sem := make(chan struct{}, tierParallelism)
+		var wg sync.WaitGroup
 		for _, tp := range s.reg.all() {
 			for _, p := range s.reg.partitionsOf(tp) {
 				if _, err := p.log.Maintain(now); err != nil && !errors.Is(err, log.ErrClosed) {
@@ -255,9 +262,15 @@ func (s *Server) maintain() {
 					continue
 				}
 				if s.cfg.Tier != nil && s.ctx.Err() == nil {
-					s.tierPartition(p, now)
+					sem <- struct{}{}
+					wg.Add(1)
+					go func() {
+						defer func() { <-sem; wg.Done() }()
+						s.tierPartition(p, now)
+					}()
 				}
 			}
 		}
+		wg.Wait()
 	}
 }

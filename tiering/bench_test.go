@@ -88,3 +88,56 @@ func BenchmarkColdCatchUp(b *testing.B) {
 		b.ReportMetric(cold/plain, "ratio")
 	}
 }
+
+// BenchmarkUploadKeepsUp produces at full speed into small segments while
+// the uploader runs, and reports produce MB/s, the uploader's MB/s over the
+// same data (until the lag is zero) and their ratio (goal: >= 1, the
+// uploader keeps up).
+func BenchmarkUploadKeepsUp(b *testing.B) {
+	vgw := tiering.RunVersitygw(b)
+	for i := 0; i < b.N; i++ {
+		store := vgw.Store(vgw.Bucket(), fmt.Sprintf("keepup-%d", i))
+		br := startBrokerTB(b, b.TempDir(), tiering.New(store, nil, 64<<20))
+		cl := kclientTB(b, br.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		cfg := map[string]*string{"segment.bytes": ptr(fmt.Sprint(8 << 20)), "local.retention.bytes": ptr("0"), "retention.ms": ptr("-1")}
+		if _, err := kadm.NewClient(cl).CreateTopic(ctx, 4, 1, cfg, "tiered"); err != nil {
+			b.Fatal(err)
+		}
+		const total = 128 << 20
+		v := make([]byte, 4<<10)
+		rand.Read(v)
+		start := time.Now()
+		for n := 0; n < total; n += len(v) {
+			cl.Produce(ctx, &kgo.Record{Topic: "tiered", Value: v}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					b.Error(err)
+				}
+			})
+		}
+		if err := cl.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		produced := time.Since(start)
+		// Sealed segments all uploaded: what remains local is the active ones.
+		for {
+			st, _ := br.srv.TierStatus(ctx)
+			if st.LagSegments == 0 && st.UploadedBytes >= total*3/4 {
+				break
+			}
+			if ctx.Err() != nil {
+				b.Fatal("uploads never caught up")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		uploadedBy := time.Since(start)
+		st, _ := br.srv.TierStatus(ctx)
+		cancel()
+		prodMBs := float64(total) / 1e6 / produced.Seconds()
+		upMBs := float64(st.UploadedBytes) / 1e6 / uploadedBy.Seconds()
+		b.ReportMetric(prodMBs, "produce-MB/s")
+		b.ReportMetric(upMBs, "upload-MB/s")
+		b.ReportMetric(upMBs/prodMBs, "ratio")
+		br.stopTB(b)
+	}
+}
