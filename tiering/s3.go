@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -275,7 +276,7 @@ func (s *S3) put(ctx context.Context, op, key string, r io.Reader, size int64) e
 		Body:          bytes.NewReader(buf),
 		ContentLength: aws.Int64(size),
 		IfNoneMatch:   ifNoneMatch,
-	})
+	}, unsignedPayload)
 	if err != nil {
 		return s.s3Err(op, key, err)
 	}
@@ -328,7 +329,7 @@ func (s *S3) putMultipart(ctx context.Context, op, key string, r io.Reader, size
 			Body:              bytes.NewReader(buf[:n]),
 			ContentLength:     aws.Int64(n),
 			ChecksumAlgorithm: types.ChecksumAlgorithmCrc32,
-		})
+		}, unsignedPayload)
 		if err != nil {
 			return s.s3Err(fmt.Sprintf("%s (part %d)", op, num), key, err)
 		}
@@ -475,4 +476,12 @@ func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
 	}
 	sort.Strings(keys)
 	return keys, nil
+}
+
+// unsignedPayload signs requests without hashing the body (SigV4
+// UNSIGNED-PAYLOAD): the body's integrity is carried by its CRC32 checksum
+// instead, and hashing every uploaded byte with SHA-256 was the uploader's
+// main CPU cost.
+func unsignedPayload(o *s3.Options) {
+	o.APIOptions = append(o.APIOptions, v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware)
 }
