@@ -91,7 +91,7 @@ BENCH_ARGS ?=
 bench: build tools
 	./bin/synapse bench log $(BENCH_ARGS)
 	cd tiering && TIERING_REQUIRE_S3=1 VERSITYGW_BIN="$(TOOLS_BIN)/versitygw" \
-		$(GO) test -run '^$$' -bench 'ColdCatchUp|UploadKeepsUp' -benchtime 3x .
+		$(GO) test -run '^$$' -bench 'ColdCatchUp|UploadKeepsUp|TailLatency' -benchtime 3x .
 
 clean:
 	rm -rf bin/

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -139,5 +140,102 @@ func BenchmarkUploadKeepsUp(b *testing.B) {
 		b.ReportMetric(upMBs, "upload-MB/s")
 		b.ReportMetric(upMBs/prodMBs, "ratio")
 		br.stopTB(b)
+	}
+}
+
+// BenchmarkTailLatencyUnderColdLoad measures end-to-end latency of a tail
+// consumer (produce acks=all → fetch) with and without a concurrent cold
+// catch-up reader on another topic, and reports both p99s and their ratio
+// (issue goal: within 1.5×).
+func BenchmarkTailLatencyUnderColdLoad(b *testing.B) {
+	vgw := tiering.RunVersitygw(b)
+	store := vgw.Store(vgw.Bucket(), "tail")
+	br := startBrokerTB(b, b.TempDir(), tiering.New(store, nil, 16<<20)) // small cache: cold reads keep downloading
+	cl := kclientTB(b, br.addr, kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerLinger(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	cfg := map[string]*string{"segment.bytes": ptr(fmt.Sprint(8 << 20)), "local.retention.bytes": ptr("0"), "retention.ms": ptr("-1")}
+	if _, err := adm.CreateTopic(ctx, 1, 1, cfg, "cold"); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "tail"); err != nil {
+		b.Fatal(err)
+	}
+	v := make([]byte, 16<<10)
+	for n := 0; n < 64<<20; n += len(v) {
+		rand.Read(v)
+		cl.Produce(ctx, &kgo.Record{Topic: "cold", Value: append([]byte(nil), v...)}, nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	for {
+		st, _ := br.srv.TierStatus(ctx)
+		if st.LagSegments == 0 && st.UploadedSegments >= 6 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	measure := func() time.Duration {
+		cons := kclientTB(b, br.addr, kgo.ConsumeTopics("tail"), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchMaxWait(time.Second))
+		defer cons.Close()
+		jctx, jcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		cons.PollFetches(jctx) // join at the end before timing
+		jcancel()
+		var lats []time.Duration
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for len(lats) < 500 {
+				fs := cons.PollFetches(ctx)
+				if ctx.Err() != nil {
+					return
+				}
+				now := time.Now()
+				fs.EachRecord(func(r *kgo.Record) {
+					sent, _ := time.Parse(time.RFC3339Nano, string(r.Value))
+					lats = append(lats, now.Sub(sent))
+				})
+			}
+		}()
+		for i := 0; i < 500; i++ {
+			cl.ProduceSync(ctx, &kgo.Record{Topic: "tail", Value: []byte(time.Now().Format(time.RFC3339Nano))})
+			time.Sleep(2 * time.Millisecond)
+		}
+		<-done
+		slices.Sort(lats)
+		if len(lats) == 0 {
+			b.Fatal("no tail records consumed")
+		}
+		return lats[len(lats)*99/100]
+	}
+	for i := 0; i < b.N; i++ {
+		quiet := measure()
+		stop := make(chan struct{})
+		loadDone := make(chan struct{})
+		go func() { // cold catch-up, over and over
+			defer close(loadDone)
+			for {
+				c := kclientTB(b, br.addr, kgo.ConsumeTopics("cold"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+				for got := 0; got < (64<<20)/(16<<10); {
+					select {
+					case <-stop:
+						c.Close()
+						return
+					default:
+					}
+					fs := c.PollFetches(ctx)
+					got += fs.NumRecords()
+				}
+				c.Close()
+			}
+		}()
+		loaded := measure()
+		close(stop)
+		<-loadDone
+		b.ReportMetric(float64(quiet.Microseconds())/1000, "p99-quiet-ms")
+		b.ReportMetric(float64(loaded.Microseconds())/1000, "p99-cold-load-ms")
+		b.ReportMetric(float64(loaded)/float64(quiet), "ratio")
 	}
 }
