@@ -267,3 +267,31 @@ func TestCleanOrphans(t *testing.T) {
 	}
 	f.readAll(0) // nothing named by the manifest went
 }
+
+func TestRetryingStore(t *testing.T) {
+	mem := NewMemStore()
+	fails := 2
+	mem.SetFault(func(op, key string) error {
+		if fails > 0 {
+			fails--
+			return errors.New("503 SlowDown")
+		}
+		return nil
+	})
+	s := Retrying(mem, 5)
+	ctx := context.Background()
+	if err := s.Put(ctx, "a", bytes.NewReader([]byte("hello")), 5); err != nil {
+		t.Fatalf("put after two transient failures: %v", err)
+	}
+	fails = 2
+	if b, err := s.GetRange(ctx, "a", 0, -1); err != nil || string(b) != "hello" {
+		t.Fatalf("get after two transient failures: %q %v", b, err)
+	}
+	if _, err := s.GetRange(ctx, "missing", 0, -1); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("not-found is not retried away: %v", err)
+	}
+	fails = 10
+	if err := Retrying(mem, 3).Delete(ctx, "a"); err == nil {
+		t.Fatal("persistent failure not reported")
+	}
+}

@@ -153,7 +153,9 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 	}
 	var tier *tiering.Tier
 	if store != nil {
-		tier = tiering.New(store, logger.Named("tiering"), o.tierCacheBytes)
+		// Transient store errors (503 SlowDown, timeouts) are retried with
+		// backoff; whatever still fails is retried on the next pass.
+		tier = tiering.New(tiering.Retrying(store, 5), logger.Named("tiering"), o.tierCacheBytes)
 	}
 	start := time.Now()
 	srv, err := broker.New(broker.Config{

@@ -1,0 +1,97 @@
+package tiering
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// Retrying wraps a store so transient failures (503 SlowDown, timeouts,
+// connection refused: anything but not-found, already-exists and bad-range
+// answers) are retried with exponential backoff, 50 ms doubling to 2 s, up
+// to attempts tries or the context's end. Puts are retried only when the
+// body can be re-read (an io.Seeker, as the uploader's section readers are).
+func Retrying(s ObjectStore, attempts int) ObjectStore {
+	if attempts < 1 {
+		attempts = 1
+	}
+	return &retryStore{s: s, attempts: attempts}
+}
+
+type retryStore struct {
+	s        ObjectStore
+	attempts int
+}
+
+func permanent(err error) bool {
+	return err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, ErrBadRange) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+func (r *retryStore) do(ctx context.Context, op func() error) error {
+	backoff := 50 * time.Millisecond
+	var err error
+	for i := 0; i < r.attempts; i++ {
+		if err = op(); permanent(err) {
+			return err
+		}
+		if i == r.attempts-1 {
+			break
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+	return err
+}
+
+func (r *retryStore) put(ctx context.Context, body io.Reader, op func(io.Reader) error) error {
+	seeker, ok := body.(io.Seeker)
+	if !ok {
+		return op(body) // cannot rewind: one try
+	}
+	return r.do(ctx, func() error {
+		if _, err := seeker.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		return op(body)
+	})
+}
+
+func (r *retryStore) Put(ctx context.Context, key string, body io.Reader, size int64) error {
+	return r.put(ctx, body, func(b io.Reader) error { return r.s.Put(ctx, key, b, size) })
+}
+
+func (r *retryStore) PutIfAbsent(ctx context.Context, key string, body io.Reader, size int64) error {
+	return r.put(ctx, body, func(b io.Reader) error { return r.s.PutIfAbsent(ctx, key, b, size) })
+}
+
+func (r *retryStore) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	var out []byte
+	err := r.do(ctx, func() error {
+		var err error
+		out, err = r.s.GetRange(ctx, key, off, n)
+		return err
+	})
+	return out, err
+}
+
+func (r *retryStore) Delete(ctx context.Context, key string) error {
+	return r.do(ctx, func() error { return r.s.Delete(ctx, key) })
+}
+
+func (r *retryStore) List(ctx context.Context, prefix string) ([]string, error) {
+	var out []string
+	err := r.do(ctx, func() error {
+		var err error
+		out, err = r.s.List(ctx, prefix)
+		return err
+	})
+	return out, err
+}
