@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -271,7 +274,7 @@ func (t *Tier) startFetch(key string, size, ci int64) <-chan struct{} {
 		t.mu.Unlock()
 		return wait
 	}
-	if t.cache.peek(key, ci) != nil {
+	if t.cache.has(key, ci) {
 		t.mu.Unlock()
 		closed := make(chan struct{})
 		close(closed)
@@ -291,18 +294,27 @@ func (t *Tier) startFetch(key string, size, ci int64) <-chan struct{} {
 // prefetch downloads a chunk in the background unless it is cached or on
 // its way.
 func (t *Tier) prefetch(key string, size, ci int64) {
-	if t.cache.peek(key, ci) == nil {
+	if !t.cache.has(key, ci) {
 		t.startFetch(key, size, ci)
 	}
 }
 
-// chunkCache is an LRU of object chunks bounded in bytes.
+// chunkCache is an LRU of object chunks bounded in bytes, in memory, with
+// an optional second level on local disk: chunks evicted from memory spill
+// to files under dir (bounded by diskMax, LRU too) and come back from there
+// instead of the bucket.
 type chunkCache struct {
 	mu           sync.Mutex
 	max, size    int64
 	lru          list.List // of *chunkEntry, front = most recent
 	byKey        map[chunkID]*list.Element
 	hits, misses int64
+
+	dir               string // "" = no disk level
+	diskMax, diskSize int64
+	diskLRU           list.List // of *diskEntry
+	onDisk            map[chunkID]*list.Element
+	seq               int64
 }
 
 type chunkID struct {
@@ -315,23 +327,71 @@ type chunkEntry struct {
 	data []byte
 }
 
+type diskEntry struct {
+	id   chunkID
+	path string
+	size int64
+}
+
 func newChunkCache(max int64) *chunkCache {
-	return &chunkCache{max: max, byKey: map[chunkID]*list.Element{}}
+	return &chunkCache{max: max, byKey: map[chunkID]*list.Element{}, onDisk: map[chunkID]*list.Element{}}
+}
+
+// setDisk enables the disk level in dir (emptied: cached chunks are
+// disposable, and a restart may not trust what a crash left).
+func (c *chunkCache) setDisk(dir string, max int64) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dir, c.diskMax = dir, max
+	return nil
 }
 
 func (c *chunkCache) get(key string, ci int64) []byte {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.byKey[chunkID{key, ci}]; ok {
+	id := chunkID{key, ci}
+	if e, ok := c.byKey[id]; ok {
 		c.lru.MoveToFront(e)
 		c.hits++
+		c.mu.Unlock()
 		return e.Value.(*chunkEntry).data
 	}
-	c.misses++
-	return nil
+	de, ok := c.onDisk[id]
+	if !ok {
+		c.misses++
+		c.mu.Unlock()
+		return nil
+	}
+	path := de.Value.(*diskEntry).path
+	c.mu.Unlock()
+	data, err := os.ReadFile(path) // outside the lock
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.misses++
+		return nil
+	}
+	c.hits++
+	c.putLocked(id, data)
+	return data
 }
 
-// peek is get without counting a hit or a miss.
+// has reports whether a chunk is cached at either level.
+func (c *chunkCache) has(key string, ci int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id := chunkID{key, ci}
+	_, mem := c.byKey[id]
+	_, disk := c.onDisk[id]
+	return mem || disk
+}
+
+// peek is get without counting a hit or a miss, memory only.
 func (c *chunkCache) peek(key string, ci int64) []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -344,7 +404,10 @@ func (c *chunkCache) peek(key string, ci int64) []byte {
 func (c *chunkCache) put(key string, ci int64, data []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	id := chunkID{key, ci}
+	c.putLocked(chunkID{key, ci}, data)
+}
+
+func (c *chunkCache) putLocked(id chunkID, data []byte) {
 	if _, ok := c.byKey[id]; ok {
 		return
 	}
@@ -356,6 +419,34 @@ func (c *chunkCache) put(key string, ci int64, data []byte) {
 		c.lru.Remove(e)
 		delete(c.byKey, ce.id)
 		c.size -= int64(len(ce.data))
+		c.spillLocked(ce)
+	}
+}
+
+// spillLocked writes an evicted chunk to the disk level. The write happens
+// under the lock, but only on eviction, which a cold read has just paid a
+// download for.
+func (c *chunkCache) spillLocked(ce *chunkEntry) {
+	if c.dir == "" || int64(len(ce.data)) > c.diskMax {
+		return
+	}
+	if _, ok := c.onDisk[ce.id]; ok {
+		return
+	}
+	c.seq++
+	path := filepath.Join(c.dir, strconv.FormatInt(c.seq, 10))
+	if err := os.WriteFile(path, ce.data, 0o644); err != nil {
+		return
+	}
+	c.onDisk[ce.id] = c.diskLRU.PushFront(&diskEntry{ce.id, path, int64(len(ce.data))})
+	c.diskSize += int64(len(ce.data))
+	for c.diskSize > c.diskMax {
+		e := c.diskLRU.Back()
+		de := e.Value.(*diskEntry)
+		c.diskLRU.Remove(e)
+		delete(c.onDisk, de.id)
+		c.diskSize -= de.size
+		os.Remove(de.path)
 	}
 }
 
@@ -367,6 +458,15 @@ func (c *chunkCache) dropKey(key string) {
 			c.lru.Remove(e)
 			delete(c.byKey, id)
 			c.size -= int64(len(e.Value.(*chunkEntry).data))
+		}
+	}
+	for id, e := range c.onDisk {
+		if id.key == key {
+			de := e.Value.(*diskEntry)
+			c.diskLRU.Remove(e)
+			delete(c.onDisk, id)
+			c.diskSize -= de.size
+			os.Remove(de.path)
 		}
 	}
 }

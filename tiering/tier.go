@@ -70,6 +70,12 @@ func New(store ObjectStore, logger *zap.Logger, cacheBytes int64) *Tier {
 		manifests: map[PartitionKey]*Manifest{}, indexes: map[string][]byte{}, inflight: map[chunkID]chan struct{}{}}
 }
 
+// SetDiskCache adds a local-disk level of diskBytes under dir (emptied now)
+// to the cold-read cache: chunks evicted from memory spill there.
+func (t *Tier) SetDiskCache(dir string, diskBytes int64) error {
+	return t.cache.setDisk(dir, diskBytes)
+}
+
 // Store returns the underlying object store.
 func (t *Tier) Store() ObjectStore { return t.store }
 

@@ -295,3 +295,28 @@ func TestRetryingStore(t *testing.T) {
 		t.Fatal("persistent failure not reported")
 	}
 }
+
+// TestDiskCacheLevel: with a memory cache of one chunk, chunks spill to the
+// disk level and a second cold pass downloads nothing.
+func TestDiskCacheLevel(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.tier = New(f.store, nil, 1) // memory level: next to nothing
+	if err := f.tier.SetDiskCache(filepath.Join(t.TempDir(), "cache"), 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	f.produce(60, 1000)
+	if _, err := f.tier.Upload(ctx, f.pk, f.lp); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.tier.ReleaseLocal(ctx, f.pk, f.lp, 0, -1, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	f.readAll(0)
+	before := f.tier.Stats()
+	f.readAll(0)
+	after := f.tier.Stats()
+	if after.DownloadedBytes != before.DownloadedBytes {
+		t.Fatalf("second pass downloaded %d bytes despite the disk cache", after.DownloadedBytes-before.DownloadedBytes)
+	}
+}

@@ -38,6 +38,7 @@ type serveOptions struct {
 	shutdownTimeout   time.Duration
 	tier              string
 	tierCacheBytes    int64
+	tierDiskCache     int64
 	maintenance       time.Duration
 	diskBudget        int64
 }
@@ -60,6 +61,7 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.tier, "tier", "", "tiered store for sealed segments: none, file://path or s3://bucket/prefix?endpoint=..&region=..&path_style=true "+
 		"(default file://<data-dir>/tier)")
 	fs.Int64Var(&o.tierCacheBytes, "tier-cache-bytes", 256<<20, "memory budget of the cold-read chunk cache")
+	fs.Int64Var(&o.tierDiskCache, "tier-disk-cache-bytes", 1<<30, "local-disk budget of the cold-read chunk cache (<data-dir>/tier-cache, emptied at start); 0 disables it")
 	fs.Int64Var(&o.diskBudget, "local-disk-budget", 0,
 		"with tiering: bytes of local segments above which produce is refused (retriable) until uploads catch up; 0 = no cap")
 	fs.DurationVar(&o.maintenance, "maintenance-interval", 10*time.Second,
@@ -156,6 +158,12 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 		// Transient store errors (503 SlowDown, timeouts) are retried with
 		// backoff; whatever still fails is retried on the next pass.
 		tier = tiering.New(tiering.Retrying(store, 5), logger.Named("tiering"), o.tierCacheBytes)
+		if o.tierDiskCache > 0 {
+			if err := tier.SetDiskCache(filepath.Join(dataDir, "tier-cache"), o.tierDiskCache); err != nil {
+				ln.Close()
+				return fmt.Errorf("tier disk cache: %w", err)
+			}
+		}
 	}
 	start := time.Now()
 	srv, err := broker.New(broker.Config{
