@@ -24,6 +24,12 @@ type fetchResponse struct {
 }
 
 func (f *fetchResponse) release() {
+	for _, ps := range f.cold {
+		for _, b := range ps {
+			putColdBuf(b)
+		}
+	}
+	f.cold = nil
 	for _, ps := range f.reads {
 		for _, r := range ps {
 			if r != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -74,7 +75,12 @@ func localRetention(set map[string]string, local, whole string) int64 {
 func (s *Server) coldRead(p *partition, offset, maxBytes int64) ([]byte, <-chan struct{}, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
-	b, _, wait, err := s.cfg.Tier.ReadNoWait(ctx, p.tierKey(), offset, maxBytes)
+	bp := coldBufPool.Get().(*[]byte)
+	b, _, wait, err := s.cfg.Tier.ReadNoWait(ctx, *bp, p.tierKey(), offset, maxBytes)
+	if len(b) == 0 {
+		coldBufPool.Put(bp)
+		b = nil
+	}
 	if errors.Is(err, tiering.ErrOffsetNotTiered) {
 		return nil, nil, log.ErrOffsetOutOfRange
 	}
@@ -242,4 +248,17 @@ func (s *Server) mirrorProducers(ctx context.Context, p *partition) {
 	if err := s.cfg.Tier.Store().Put(ctx, producersKey(p.tierKey()), bytes.NewReader(b), int64(len(b))); err != nil {
 		s.logger.Warn("mirror producer state", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
 	}
+}
+
+// coldBufPool recycles the buffers of cold fetch responses (released after
+// the response is written), so catch-up readers do not allocate and clear
+// tens of MiB per fetch.
+var coldBufPool = sync.Pool{New: func() any { return new([]byte) }}
+
+func putColdBuf(b []byte) {
+	if cap(b) == 0 || cap(b) > 64<<20 {
+		return
+	}
+	b = b[:0]
+	coldBufPool.Put(&b)
 }

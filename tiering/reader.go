@@ -28,6 +28,11 @@ var ErrOffsetNotTiered = errors.New("tiering: offset not in the bucket")
 // from the cache so the next read fetches them again), never garbage. It
 // also returns the offset after the last batch returned.
 func (t *Tier) Read(ctx context.Context, pk PartitionKey, offset, maxBytes int64) ([]byte, int64, error) {
+	return t.AppendRead(ctx, nil, pk, offset, maxBytes)
+}
+
+// AppendRead is Read appending to dst (which a caller may pool).
+func (t *Tier) AppendRead(ctx context.Context, dst []byte, pk PartitionKey, offset, maxBytes int64) ([]byte, int64, error) {
 	m, err := t.Manifest(ctx, pk)
 	if err != nil {
 		return nil, 0, err
@@ -47,7 +52,10 @@ func (t *Tier) Read(ctx context.Context, pk PartitionKey, offset, maxBytes int64
 	for _, s := range m.Segments[i:] {
 		total += s.Size
 	}
-	out := make([]byte, 0, min(maxBytes, total))
+	out := dst[:0]
+	if int64(cap(out)) < min(maxBytes, total) {
+		out = make([]byte, 0, min(maxBytes, total))
+	}
 	next := offset
 	// Whole batches from the segment holding offset, then from the
 	// following segments while the budget lasts.
@@ -208,8 +216,8 @@ type noWaitKey struct{}
 // cached yet, its download starts and wait is closed when it ends (read
 // again then). The broker adds wait to a fetch's long-poll wake-ups, so a
 // slow bucket never holds up other partitions of the same fetch.
-func (t *Tier) ReadNoWait(ctx context.Context, pk PartitionKey, offset, maxBytes int64) (b []byte, next int64, wait <-chan struct{}, err error) {
-	b, next, err = t.Read(context.WithValue(ctx, noWaitKey{}, true), pk, offset, maxBytes)
+func (t *Tier) ReadNoWait(ctx context.Context, dst []byte, pk PartitionKey, offset, maxBytes int64) (b []byte, next int64, wait <-chan struct{}, err error) {
+	b, next, err = t.AppendRead(context.WithValue(ctx, noWaitKey{}, true), dst, pk, offset, maxBytes)
 	var nr *NotReadyError
 	if errors.As(err, &nr) {
 		return nil, offset, nr.Wait, nil
