@@ -17,6 +17,10 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/synapsebroker/synapse/broker"
 	"github.com/synapsebroker/synapse/tiering"
 )
@@ -229,13 +233,17 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 }
 
 // healthHandler serves /healthz (the process is up), /readyz (the broker
-// accepts requests; 503 while starting or stopping) and /status (JSON:
-// tiering upload lag, bytes up and down, cache hit ratio, store errors).
+// accepts requests; 503 while starting or stopping), /metrics (Prometheus)
+// and /status (JSON: tiering upload lag, bytes up and down, cache hit ratio,
+// store errors).
 func healthHandler(srv *broker.Server) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(srv.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/status", func(w http.ResponseWriter, r *http.Request) {
 		out := map[string]any{"ready": srv.Ready(), "cluster_id": srv.ClusterID()}
 		if st, ok := srv.TierStatus(r.Context()); ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -146,6 +147,17 @@ func TestServeServesAndStops(t *testing.T) {
 		t.Fatalf("/readyz: %v %v", resp, err)
 	}
 	resp.Body.Close()
+	resp, err = http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, m := range []string{"synapse_partitions 2", "synapse_tier_upload_lag_segments", "go_goroutines"} {
+		if !strings.Contains(string(body), m) {
+			t.Errorf("/metrics lacks %q", m)
+		}
+	}
 	resp, err = http.Get("http://" + httpAddr + "/status")
 	if err != nil {
 		t.Fatal(err)
