@@ -198,13 +198,17 @@ func TestBucketOutageDiskBudget(t *testing.T) {
 	if !refused {
 		t.Fatal("produce never refused past the local disk budget while the bucket was away")
 	}
+	t.Logf("refused after %d records at %v", len(acked), time.Now().Format("15:04:05.000"))
 	if !kerr.KafkaStorageError.Retriable {
 		t.Fatal("the refusal must be retriable")
 	}
 	away.Store(false)
-	waitUntil(t, 10*time.Second, func() bool {
-		return pr.ProduceSync(ctx, &kgo.Record{Topic: "budget", Key: []byte("after"), Value: []byte("x")}).FirstErr() == nil
+	// A fresh client: the first one may be backing off after the refusals.
+	pr2, _ := client(t, ts.addr, kgo.RecordRetries(1))
+	waitUntil(t, 20*time.Second, func() bool {
+		return pr2.ProduceSync(ctx, &kgo.Record{Topic: "budget", Key: []byte("after"), Value: []byte("x")}).FirstErr() == nil
 	})
+	t.Logf("accepted again at %v", time.Now().Format("15:04:05.000"))
 	got := consumeAll(t, ts.addr, "budget", len(acked)+1)
 	byKey := map[string][]byte{}
 	for _, r := range got {
