@@ -5,3 +5,7 @@ package tiering
 var RunVersitygw = runVersitygw
 
 type VersitygwServer = versitygwServer
+
+// Credentials of the test server, for child processes that read the
+// standard AWS environment.
+const VersitygwAccessKey, VersitygwSecretKey, VersitygwRegion = versitygwAccessKey, versitygwSecretKey, versitygwRegion
