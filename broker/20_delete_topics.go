@@ -10,7 +10,9 @@ import (
 // Behavior:
 //   - The topic leaves the registry durably first, then its partitions are
 //     closed and their directories removed; it vanishes from Metadata and
-//     Fetch at once. Unknown topics get UNKNOWN_TOPIC_OR_PARTITION.
+//     Fetch at once. Its objects in the tiered store are deleted in the
+//     background (manifest first). Unknown topics get
+//     UNKNOWN_TOPIC_OR_PARTITION.
 //
 // Version notes:
 //   - v6: topics by name or id (UNKNOWN_TOPIC_ID).
@@ -30,9 +32,12 @@ func (s *Server) handleDeleteTopics(req *kmsg.DeleteTopicsRequest) (kmsg.Respons
 		}
 		if t != nil {
 			st.Topic, st.TopicID = kmsg.StringPtr(t.name), t.id
+			parts := s.reg.partitionsOf(t)
 			if err := s.reg.remove(t); err != nil {
 				st.ErrorCode = s.errorCode(err)
 				st.ErrorMessage = kmsg.StringPtr(err.Error())
+			} else if s.cfg.Tier != nil {
+				s.forgetTiered(parts)
 			}
 		}
 		resp.Topics = append(resp.Topics, st)

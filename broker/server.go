@@ -70,10 +70,9 @@ func New(cfg Config) (*Server, error) {
 		MaxOpenFiles: cfg.MaxOpenFiles,
 		Now:          cfg.Now,
 	})
-	restored := false
 	if cfg.Tier != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		restored, err = restoreFromTier(ctx, cfg.DataDir, cfg.Tier, cfg.Logger)
+		_, err = restoreFromTier(ctx, cfg.DataDir, cfg.Tier, cfg.Logger)
 		cancel()
 		if err != nil {
 			s.store.Close()
@@ -88,18 +87,20 @@ func New(cfg Config) (*Server, error) {
 	s.reg = reg
 	if cfg.Tier != nil {
 		reg.mirror = s.mirrorTopics
-		if restored {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			err := s.rebaseRestored(ctx)
-			cancel()
-			if err != nil {
-				s.Close()
-				return nil, err
-			}
+		// Every start, not only the one that fetched topics.json: a restore
+		// cut short by a crash is finished by the next start.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := s.rebaseRestored(ctx)
+		cancel()
+		if err != nil {
+			close(s.maintDone) // maintain never ran: let Close proceed
+			s.Close()
+			return nil, err
 		}
 	}
 	if cfg.AdvertisedAddr != "" {
 		if s.host, s.port, err = hostPort(cfg.AdvertisedAddr); err != nil {
+			close(s.maintDone) // maintain never ran: let Close proceed
 			s.Close()
 			return nil, err
 		}

@@ -123,15 +123,15 @@ func restoreFromTier(ctx context.Context, dataDir string, t *tiering.Tier, logge
 func (s *Server) rebaseRestored(ctx context.Context) error {
 	for _, t := range s.reg.all() {
 		for _, p := range s.reg.partitionsOf(t) {
-			if p.log.LogEndOffset() != 0 {
-				continue
+			if p.log.LocalBytes() != 0 || len(p.log.SealedSegments()) != 0 {
+				continue // has local data: not a restore
 			}
 			m, err := s.cfg.Tier.Manifest(ctx, p.tierKey())
 			if err != nil {
 				return fmt.Errorf("broker: restore %s-%d: %w", t.name, p.index, err)
 			}
-			if m.Next() == 0 && m.LogStartOffset == 0 {
-				continue
+			if m.Next() <= p.log.LogEndOffset() {
+				continue // nothing in the bucket beyond what the empty log already starts at
 			}
 			if err := p.log.Rebase(m.Next(), m.LogStartOffset); err != nil {
 				return fmt.Errorf("broker: restore %s-%d: %w", t.name, p.index, err)
@@ -261,4 +261,24 @@ func putColdBuf(b []byte) {
 	}
 	b = b[:0]
 	coldBufPool.Put(&b)
+}
+
+// forgetTiered deletes a deleted topic's objects from the bucket in the
+// background; what fails is left for the operator (the topic id in the keys
+// keeps it from ever mixing with a new topic of the same name).
+func (s *Server) forgetTiered(parts []*partition) {
+	keys := make([]tiering.PartitionKey, len(parts))
+	for i, p := range parts {
+		keys[i] = p.tierKey()
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		for _, pk := range keys {
+			if err := s.cfg.Tier.Forget(ctx, pk); err != nil {
+				s.logger.Warn("delete a deleted topic's objects", zap.String("topic", pk.Topic), zap.Int32("partition", pk.Partition), zap.Error(err))
+			}
+			s.cfg.Tier.Store().Delete(ctx, producersKey(pk))
+		}
+	}()
 }

@@ -110,13 +110,11 @@ func (p *Partition) Rebase(next, logStart int64) error {
 		return err
 	}
 	if next != p.active.base {
-		seg := newSegment(p.dir, next, p.store.now())
-		seg.idx = &segmentIndex{}
-		f, err := p.store.fs.OpenFile(seg.logPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-		if err != nil {
-			return err
-		}
-		f.Close()
+		// Old empty segment out first, new one in second: a crash in between
+		// leaves no segment (open creates an empty one at the checkpointed
+		// log start) or just the new one, never two that do not join up. The
+		// caller (the broker's restore) rebases any still-empty partition
+		// again on the next start.
 		old := p.active
 		if p.activeH != nil {
 			p.store.cache.release(p.activeH)
@@ -128,6 +126,16 @@ func (p *Partition) Rebase(next, logStart int64) error {
 		}
 		p.store.fs.Remove(old.indexPath())
 		p.store.fs.Remove(old.timeIndexPath())
+		if err := p.store.fs.SyncDir(p.dir); err != nil {
+			return err
+		}
+		seg := newSegment(p.dir, next, p.store.now())
+		seg.idx = &segmentIndex{}
+		f, err := p.store.fs.OpenFile(seg.logPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return err
+		}
+		f.Close()
 		if err := p.store.fs.SyncDir(p.dir); err != nil {
 			return err
 		}

@@ -138,12 +138,12 @@ func (t *Tier) index(ctx context.Context, pk PartitionKey, base int64) []byte {
 		return b
 	}
 	b, err := t.store.GetRange(ctx, key, 0, -1)
-	if err != nil {
-		b = nil
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil // transient: scan from the segment start this time, ask again next time
 	}
 	t.downloadedBytes.Add(int64(len(b)))
 	t.mu.Lock()
-	t.indexes[key] = b
+	t.indexes[key] = b // nil for a missing index: derived data, a scan works
 	t.mu.Unlock()
 	return b
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -278,6 +279,12 @@ func (t *Tier) ApplyRetention(ctx context.Context, pk PartitionKey, lp *log.Part
 		drop++
 	}
 	if drop == 0 && start == m.LogStartOffset {
+		// Nothing new to drop; but a pass cut short after its manifest
+		// commit may have left the local log start behind: finish it.
+		if ls := lp.LogStartOffset(); ls < m.LogStartOffset && m.LogStartOffset <= lp.HighWatermark() {
+			_, err := lp.DeleteRecordsBefore(m.LogStartOffset)
+			return err
+		}
 		return nil
 	}
 	gone := m.Segments[:drop]
@@ -307,6 +314,11 @@ func (t *Tier) ApplyRetention(ctx context.Context, pk PartitionKey, lp *log.Part
 func (t *Tier) Forget(ctx context.Context, pk PartitionKey) error {
 	t.mu.Lock()
 	delete(t.manifests, pk)
+	for k := range t.indexes {
+		if strings.HasPrefix(k, pk.dir()+"/") {
+			delete(t.indexes, k)
+		}
+	}
 	t.mu.Unlock()
 	keys, err := t.store.List(ctx, pk.dir()+"/")
 	if err != nil {

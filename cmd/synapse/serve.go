@@ -85,6 +85,9 @@ func (o *serveOptions) validate() error {
 			errs = append(errs, fmt.Errorf("--advertised-addr %q: %w", o.advertisedAddr, err))
 		}
 	}
+	if o.tierCacheBytes < 16<<20 {
+		errs = append(errs, fmt.Errorf("--tier-cache-bytes %d: at least 16 MiB (two 8 MiB chunks)", o.tierCacheBytes))
+	}
 	if o.fsyncInterval < 0 {
 		errs = append(errs, fmt.Errorf("--fsync-interval %s: must not be negative", o.fsyncInterval))
 	}
