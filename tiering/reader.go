@@ -185,6 +185,16 @@ func (t *Tier) chunk(ctx context.Context, key string, size, ci int64) ([]byte, e
 			t.readAheadFrom(key, size, ci)
 			return c, nil
 		}
+		// The last background download of this chunk failed: say so once
+		// (the fetch answers an error instead of staying empty), then the
+		// next read starts a new download.
+		t.mu.Lock()
+		err, failed := t.failed[chunkID{key, ci}]
+		delete(t.failed, chunkID{key, ci})
+		t.mu.Unlock()
+		if failed {
+			return nil, err
+		}
 		return nil, &NotReadyError{Wait: t.startFetch(key, size, ci)}
 	}
 	c, err := t.fetchChunk(ctx, key, size, ci)
@@ -237,7 +247,7 @@ func (t *Tier) fetchChunk(ctx context.Context, key string, size, ci int64) ([]by
 			done := make(chan struct{})
 			t.inflight[id] = done
 			t.mu.Unlock()
-			return t.download(ctx, key, size, ci, done)
+			return t.download(ctx, key, size, ci, done, false)
 		}
 		t.mu.Unlock()
 		select {
@@ -253,17 +263,21 @@ func (t *Tier) fetchChunk(ctx context.Context, key string, size, ci int64) ([]by
 }
 
 // download fetches a chunk registered in inflight under done, caches it and
-// closes done.
-func (t *Tier) download(ctx context.Context, key string, size, ci int64, done chan struct{}) ([]byte, error) {
+// closes done. A background download (record) that fails leaves its error
+// for the next no-wait read, recorded before done closes.
+func (t *Tier) download(ctx context.Context, key string, size, ci int64, done chan struct{}, record bool) (c []byte, err error) {
 	defer func() {
 		t.mu.Lock()
 		delete(t.inflight, chunkID{key, ci})
+		if err != nil && record && len(t.failed) < 1024 { // bounded: only the next read needs it
+			t.failed[chunkID{key, ci}] = err
+		}
 		t.mu.Unlock()
 		close(done)
 	}()
 	start := ci * chunkSize
 	n := min(chunkSize, size-start)
-	c, err := t.store.GetRange(ctx, key, start, n)
+	c, err = t.store.GetRange(ctx, key, start, n)
 	if err != nil {
 		t.errs.Add(1)
 		return nil, err
@@ -294,7 +308,7 @@ func (t *Tier) startFetch(key string, size, ci int64) <-chan struct{} {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		t.download(ctx, key, size, ci, done) // no read-ahead from here: reads drive it
+		t.download(ctx, key, size, ci, done, true) // no read-ahead from here: reads drive it
 	}()
 	return done
 }

@@ -54,6 +54,7 @@ type Tier struct {
 	manifests map[PartitionKey]*Manifest
 	indexes   map[string][]byte         // remote .index objects by key
 	inflight  map[chunkID]chan struct{} // chunk downloads under way
+	failed    map[chunkID]error         // last background download error, reported once
 
 	uploadedBytes, uploadedSegments, downloadedBytes, errs atomic.Int64
 }
@@ -68,7 +69,7 @@ func New(store ObjectStore, logger *zap.Logger, cacheBytes int64) *Tier {
 		cacheBytes = 256 << 20
 	}
 	return &Tier{store: store, logger: logger, cache: newChunkCache(cacheBytes),
-		manifests: map[PartitionKey]*Manifest{}, indexes: map[string][]byte{}, inflight: map[chunkID]chan struct{}{}}
+		manifests: map[PartitionKey]*Manifest{}, indexes: map[string][]byte{}, inflight: map[chunkID]chan struct{}{}, failed: map[chunkID]error{}}
 }
 
 // SetDiskCache adds a local-disk level of diskBytes under dir (emptied now)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"hash/crc32"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -318,5 +319,30 @@ func TestDiskCacheLevel(t *testing.T) {
 	after := f.tier.Stats()
 	if after.DownloadedBytes != before.DownloadedBytes {
 		t.Fatalf("second pass downloaded %d bytes despite the disk cache", after.DownloadedBytes-before.DownloadedBytes)
+	}
+}
+
+// TestNoWaitReadReportsDownloadFailure: a cold chunk whose background
+// download fails is reported to the next read, not left empty forever.
+func TestNoWaitReadReportsDownloadFailure(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.produce(20, 1000)
+	if _, err := f.tier.Upload(ctx, f.pk, f.lp); err != nil {
+		t.Fatal(err)
+	}
+	f.store.SetFault(func(op, key string) error {
+		if op == "get" && strings.HasSuffix(key, ".log") {
+			return ErrNotFound
+		}
+		return nil
+	})
+	_, _, wait, err := f.tier.ReadNoWait(ctx, nil, f.pk, 0, 1<<20)
+	if err != nil || wait == nil {
+		t.Fatalf("first no-wait read: wait %v, err %v", wait, err)
+	}
+	<-wait
+	if _, _, _, err := f.tier.ReadNoWait(ctx, nil, f.pk, 0, 1<<20); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after the failed download: %v, want the download's error", err)
 	}
 }
