@@ -87,7 +87,7 @@ func (s *Server) coldRead(p *partition, offset, maxBytes int64) ([]byte, <-chan 
 	if err != nil {
 		// The bucket failed (missing or corrupt object, outage): a retriable
 		// storage error for this partition, never garbage.
-		s.logger.Warn("cold read", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
+		s.logger.Debug("cold read failed", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
 		return nil, nil, fmt.Errorf("%w: tiered store: %v", log.ErrStorage, err)
 	}
 	return b, wait, nil
