@@ -94,10 +94,8 @@ func (s *Server) listOffset(p *partition, ts int64) (offset, timestamp int64, co
 		}
 		if b != nil {
 			if recs, err := recordTimes(b); err == nil {
-				for _, r := range recs {
-					if r.ts >= ts && r.offset >= lp.LogStartOffset() {
-						return r.offset, r.ts, 0
-					}
+				if r, ok := firstAtOrAfter(recs, ts, lp.LogStartOffset()); ok {
+					return r.offset, r.ts, 0
 				}
 			}
 			h, _ := log.ParseBatchHeader(b)
@@ -115,13 +113,22 @@ func (s *Server) listOffset(p *partition, ts int64) (offset, timestamp int64, co
 	// log start.
 	ls := lp.LogStartOffset()
 	if recs, err := readBatchRecords(lp, off); err == nil {
-		for _, r := range recs {
-			if r.ts >= ts && r.offset >= ls {
-				return r.offset, r.ts, 0
-			}
+		if r, ok := firstAtOrAfter(recs, ts, ls); ok {
+			return r.offset, r.ts, 0
 		}
 	}
 	return off, mts, 0
+}
+
+// firstAtOrAfter is the first record with timestamp >= ts at or after the
+// log start.
+func firstAtOrAfter(recs []recordTime, ts, logStart int64) (recordTime, bool) {
+	for _, r := range recs {
+		if r.ts >= ts && r.offset >= logStart {
+			return r, true
+		}
+	}
+	return recordTime{}, false
 }
 
 // readBatchRecords returns the record offsets and timestamps of the batch

@@ -31,18 +31,28 @@ type testServer struct {
 
 func startServer(t *testing.T, dir string) *testServer {
 	t.Helper()
-	if dir == "" {
-		dir = t.TempDir()
+	return startServerConfig(t, Config{DataDir: dir, AutoCreateTopics: true})
+}
+
+// startServerConfig runs a broker with cfg (DataDir defaults to a temp
+// dir, Logger to the test's) on a loopback port until the test ends.
+func startServerConfig(t *testing.T, cfg Config) *testServer {
+	t.Helper()
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zaptest.NewLogger(t)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{DataDir: dir, AutoCreateTopics: true, Logger: zaptest.NewLogger(t)})
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &testServer{Server: s, addr: ln.Addr().String(), dir: dir, done: make(chan error, 1)}
+	ts := &testServer{Server: s, addr: ln.Addr().String(), dir: cfg.DataDir, done: make(chan error, 1)}
 	go func() { ts.done <- s.Serve(ln) }()
 	t.Cleanup(func() { ts.stop(t) })
 	return ts

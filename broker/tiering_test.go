@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,26 +14,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/synapsebroker/synapse/tiering"
 )
 
 func startTiered(t *testing.T, dir string, tier *tiering.Tier) *testServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Config{DataDir: dir, AutoCreateTopics: true, Tier: tier, MaintenanceInterval: 50 * time.Millisecond,
-		Logger: zaptest.NewLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := &testServer{Server: s, addr: ln.Addr().String(), dir: dir, done: make(chan error, 1)}
-	go func() { ts.done <- s.Serve(ln) }()
-	t.Cleanup(func() { ts.stop(t) })
-	return ts
+	return startServerConfig(t, Config{DataDir: dir, AutoCreateTopics: true, Tier: tier, MaintenanceInterval: 50 * time.Millisecond})
 }
 
 func localLogFiles(t *testing.T, dir string) int {
@@ -159,19 +145,8 @@ func TestBucketOutageDiskBudget(t *testing.T) {
 		}
 		return nil
 	})
-	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Config{DataDir: dir, Tier: tiering.New(store, nil, 8<<20), MaintenanceInterval: 20 * time.Millisecond,
-		LocalDiskBudget: 200_000, Logger: zaptest.NewLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := &testServer{Server: s, addr: ln.Addr().String(), dir: dir, done: make(chan error, 1)}
-	go func() { ts.done <- s.Serve(ln) }()
-	t.Cleanup(func() { ts.stop(t) })
+	ts := startServerConfig(t, Config{Tier: tiering.New(store, nil, 8<<20), MaintenanceInterval: 20 * time.Millisecond,
+		LocalDiskBudget: 200_000})
 	_, adm := client(t, ts.addr)
 	ctx := ctxT(t)
 	cfg := map[string]*string{"segment.bytes": kstr("20000"), "local.retention.bytes": kstr("0"), "retention.ms": kstr("-1")}
