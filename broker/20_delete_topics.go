@@ -36,8 +36,11 @@ func (s *Server) handleDeleteTopics(req *kmsg.DeleteTopicsRequest) (kmsg.Respons
 			if err := s.reg.remove(t); err != nil {
 				st.ErrorCode = s.errorCode(err)
 				st.ErrorMessage = kmsg.StringPtr(err.Error())
-			} else if s.cfg.Tier != nil {
-				s.forgetTiered(parts)
+			} else {
+				s.groups.TopicDeleted(t.name)
+				if s.cfg.Tier != nil {
+					s.forgetTiered(parts)
+				}
 			}
 		}
 		resp.Topics = append(resp.Topics, st)

@@ -54,6 +54,14 @@ type Config struct {
 	// MaintenanceInterval is how often retention, segment.ms rolls and
 	// tiering run over every partition (default 10 s).
 	MaintenanceInterval time.Duration
+	// GroupInitialRebalanceDelay is group.initial.rebalance.delay.ms
+	// (default 3 s; negative: none).
+	GroupInitialRebalanceDelay time.Duration
+	// GroupMinSessionTimeout and GroupMaxSessionTimeout bound consumers'
+	// session timeouts (group.min/max.session.timeout.ms: 6 s, 30 min).
+	GroupMinSessionTimeout, GroupMaxSessionTimeout time.Duration
+	// OffsetsRetention is offsets.retention.minutes (default 7 days).
+	OffsetsRetention time.Duration
 	// Logger receives the broker's logs; nil means none.
 	Logger *zap.Logger
 	// FS replaces the file system of the log store (tests).

@@ -22,9 +22,10 @@ import (
 // request order (Kafka clients pipeline, and Kafka itself mutes a connection
 // while a request is in flight).
 type conn struct {
-	s  *Server
-	nc net.Conn
-	br *bufio.Reader
+	s    *Server
+	nc   net.Conn
+	br   *bufio.Reader
+	host string // "/" + the client's IP, as Kafka shows it in DescribeGroups
 
 	frame   []byte // request buffer, reused while small
 	out     []byte // response buffer, reused while small
@@ -40,7 +41,11 @@ type conn struct {
 const keepBufferBelow = 1 << 20
 
 func newConn(s *Server, nc net.Conn) *conn {
-	return &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 64<<10)}
+	host := nc.RemoteAddr().String()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	return &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), host: "/" + host}
 }
 
 // closeIfIdle closes the connection now if it is between requests; a busy
@@ -143,6 +148,6 @@ func (c *conn) handleFrame(frame []byte) (resp kmsg.Response, corr int32, err er
 			}
 		}
 	}()
-	resp, err = c.s.dispatch(req)
+	resp, err = c.s.dispatch(c, req)
 	return resp, corr, err
 }

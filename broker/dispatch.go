@@ -14,7 +14,7 @@ import (
 //
 // A returned error closes the connection (Kafka's answer to requests it
 // cannot process); Kafka error codes go in the response body.
-func (s *Server) dispatch(req *protocol.Request) (kmsg.Response, error) {
+func (s *Server) dispatch(c *conn, req *protocol.Request) (kmsg.Response, error) {
 	if h := s.beforeHandle.Load(); h != nil {
 		(*h)(req)
 	}
@@ -47,13 +47,35 @@ func (s *Server) dispatch(req *protocol.Request) (kmsg.Response, error) {
 		return s.handleCreatePartitions(b)
 	case *kmsg.DescribeClusterRequest:
 		return s.handleDescribeCluster(b)
+	case *kmsg.FindCoordinatorRequest:
+		return s.handleFindCoordinator(b)
+	case *kmsg.JoinGroupRequest:
+		return s.groups.JoinGroup(s.ctx, b, s.clientOf(c, req.ClientID)), nil
+	case *kmsg.SyncGroupRequest:
+		return s.groups.SyncGroup(s.ctx, b), nil
+	case *kmsg.HeartbeatRequest:
+		return s.groups.Heartbeat(b), nil
+	case *kmsg.LeaveGroupRequest:
+		return s.groups.LeaveGroup(b), nil
+	case *kmsg.OffsetCommitRequest:
+		return s.groups.OffsetCommit(b), nil
+	case *kmsg.OffsetFetchRequest:
+		return s.groups.OffsetFetch(b), nil
+	case *kmsg.OffsetDeleteRequest:
+		return s.groups.OffsetDelete(b), nil
+	case *kmsg.DescribeGroupsRequest:
+		return s.groups.DescribeGroups(b), nil
+	case *kmsg.ListGroupsRequest:
+		return s.groups.ListGroups(b), nil
+	case *kmsg.DeleteGroupsRequest:
+		return s.groups.DeleteGroups(b), nil
 	}
 	return nil, fmt.Errorf("no handler for %s", kmsg.NameForKey(req.Key))
 }
 
 // handled lists the keys dispatch serves, for the test that the version
 // table and the handlers agree.
-var handled = []int16{0, 1, 2, 3, 18, 19, 20, 21, 22, 32, 33, 37, 44, 60}
+var handled = []int16{0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 21, 22, 32, 33, 37, 42, 44, 47, 60}
 
 // errorResponse builds the response to req with code in every error field
 // a client checks, for a request whose handler failed (panicked). nil means

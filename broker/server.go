@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/synapsebroker/synapse/group"
 	"github.com/synapsebroker/synapse/log"
 	"github.com/synapsebroker/synapse/protocol"
 )
@@ -24,6 +25,10 @@ type Server struct {
 	store  *log.Store
 	reg    *registry
 	meta   *metaStore
+	groups *group.Coordinator
+
+	groupLog       *log.Partition
+	groupsMirrored atomic.Uint64 // group change count last mirrored to the bucket
 
 	host string
 	port int32
@@ -91,6 +96,16 @@ func New(cfg Config) (*Server, error) {
 		// cut short by a crash is finished by the next start.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		err := s.rebaseRestored(ctx)
+		cancel()
+		if err != nil {
+			close(s.maintDone) // maintain never ran: let Close proceed
+			s.Close()
+			return nil, err
+		}
+	}
+	{
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := s.openGroups(ctx)
 		cancel()
 		if err != nil {
 			close(s.maintDone) // maintain never ran: let Close proceed
@@ -204,6 +219,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.cfg.Tier != nil {
 		<-s.maintDone // no upload in flight: offloadAll owns the manifests now
 		s.offloadAll(ctx)
+		if s.groups != nil {
+			s.mirrorGroups(ctx)
+		}
 	}
 	s.Close()
 	return err
@@ -216,6 +234,7 @@ func (s *Server) Close() {
 		s.shutting.Store(true)
 		s.cancel()
 		<-s.maintDone
+		s.closeGroups()
 		if s.reg != nil {
 			s.reg.close()
 		}
@@ -240,6 +259,7 @@ func (s *Server) maintain() {
 		case <-t.C:
 		}
 		now := s.cfg.Now()
+		s.maintainGroups(now)
 		var local int64
 		for _, tp := range s.reg.all() {
 			for _, p := range s.reg.partitionsOf(tp) {

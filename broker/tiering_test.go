@@ -27,7 +27,8 @@ func localLogFiles(t *testing.T, dir string) int {
 	t.Helper()
 	n := 0
 	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err == nil && strings.HasSuffix(p, ".log") && !strings.Contains(p, string(filepath.Separator)+"tier") {
+		sep := string(filepath.Separator)
+		if err == nil && strings.HasSuffix(p, ".log") && !strings.Contains(p, sep+"tier") && !strings.Contains(p, sep+groupsDir+sep) {
 			n++
 		}
 		return nil

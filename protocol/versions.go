@@ -16,6 +16,15 @@ var versions = []VersionRange{
 	{Key: 1, Min: 4, Max: 17}, // Fetch
 	{Key: 2, Min: 0, Max: 9},  // ListOffsets
 	{Key: 3, Min: 0, Max: 13}, // Metadata
+	{Key: 8, Min: 0, Max: 9},  // OffsetCommit
+	{Key: 9, Min: 0, Max: 9},  // OffsetFetch
+	{Key: 10, Min: 0, Max: 6}, // FindCoordinator
+	{Key: 11, Min: 0, Max: 9}, // JoinGroup
+	{Key: 12, Min: 0, Max: 4}, // Heartbeat
+	{Key: 13, Min: 0, Max: 5}, // LeaveGroup
+	{Key: 14, Min: 0, Max: 5}, // SyncGroup
+	{Key: 15, Min: 0, Max: 5}, // DescribeGroups
+	{Key: 16, Min: 0, Max: 5}, // ListGroups
 	{Key: 18, Min: 0, Max: 4}, // ApiVersions
 	{Key: 19, Min: 0, Max: 7}, // CreateTopics
 	{Key: 20, Min: 0, Max: 6}, // DeleteTopics
@@ -24,7 +33,9 @@ var versions = []VersionRange{
 	{Key: 32, Min: 0, Max: 4}, // DescribeConfigs
 	{Key: 33, Min: 0, Max: 2}, // AlterConfigs
 	{Key: 37, Min: 0, Max: 3}, // CreatePartitions
+	{Key: 42, Min: 0, Max: 2}, // DeleteGroups
 	{Key: 44, Min: 0, Max: 1}, // IncrementalAlterConfigs
+	{Key: 47, Min: 0, Max: 0}, // OffsetDelete
 	{Key: 60, Min: 0, Max: 1}, // DescribeCluster
 }
 

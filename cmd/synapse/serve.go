@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,6 +46,10 @@ type serveOptions struct {
 	tierDiskCache     int64
 	maintenance       time.Duration
 	diskBudget        int64
+	groupDelay        time.Duration
+	groupMinSession   time.Duration
+	groupMaxSession   time.Duration
+	offsetsRetention  time.Duration
 }
 
 func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
@@ -70,6 +75,12 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 		"with tiering: bytes of local segments above which produce is refused (retriable) until uploads catch up; 0 = no cap")
 	fs.DurationVar(&o.maintenance, "maintenance-interval", 10*time.Second,
 		"how often retention, segment.ms rolls and tiering uploads run (Kafka's log.retention.check.interval.ms)")
+	fs.DurationVar(&o.groupDelay, "group-initial-rebalance-delay", 3*time.Second,
+		"how long the first rebalance of an empty consumer group waits for more members (Kafka's group.initial.rebalance.delay.ms); 0 = none")
+	fs.DurationVar(&o.groupMinSession, "group-min-session-timeout", 6*time.Second, "smallest session timeout a group member may ask for (group.min.session.timeout.ms)")
+	fs.DurationVar(&o.groupMaxSession, "group-max-session-timeout", 30*time.Minute, "largest session timeout a group member may ask for (group.max.session.timeout.ms)")
+	fs.DurationVar(&o.offsetsRetention, "offsets-retention", 7*24*time.Hour,
+		"how long committed offsets of a group without members are kept (offsets.retention.minutes)")
 }
 
 func (o *serveOptions) validate() error {
@@ -87,6 +98,15 @@ func (o *serveOptions) validate() error {
 	}
 	if o.tierCacheBytes < 16<<20 {
 		errs = append(errs, fmt.Errorf("--tier-cache-bytes %d: at least 16 MiB (two 8 MiB chunks)", o.tierCacheBytes))
+	}
+	if o.groupDelay < 0 {
+		errs = append(errs, fmt.Errorf("--group-initial-rebalance-delay %s: must not be negative", o.groupDelay))
+	}
+	if o.groupMinSession <= 0 || o.groupMaxSession < o.groupMinSession {
+		errs = append(errs, fmt.Errorf("--group-min-session-timeout %s and --group-max-session-timeout %s: need 0 < min <= max", o.groupMinSession, o.groupMaxSession))
+	}
+	if o.offsetsRetention <= 0 {
+		errs = append(errs, fmt.Errorf("--offsets-retention %s: must be positive", o.offsetsRetention))
 	}
 	if o.fsyncInterval < 0 {
 		errs = append(errs, fmt.Errorf("--fsync-interval %s: must not be negative", o.fsyncInterval))
@@ -187,6 +207,11 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 		FsyncInterval:       o.fsyncInterval,
 		MaxOpenFiles:        o.maxOpenFiles,
 		Logger:              logger.Named("broker"),
+
+		GroupInitialRebalanceDelay: cmp.Or(o.groupDelay, -1), // 0 on the command line means none
+		GroupMinSessionTimeout:     o.groupMinSession,
+		GroupMaxSessionTimeout:     o.groupMaxSession,
+		OffsetsRetention:           o.offsetsRetention,
 	})
 	if err != nil {
 		ln.Close()

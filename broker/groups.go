@@ -1,0 +1,145 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	"github.com/synapsebroker/synapse/group"
+	"github.com/synapsebroker/synapse/log"
+	"github.com/synapsebroker/synapse/tiering"
+)
+
+// Consumer groups: the group keys (OffsetCommit 8, OffsetFetch 9, JoinGroup
+// 11, Heartbeat 12, LeaveGroup 13, SyncGroup 14, DescribeGroups 15,
+// ListGroups 16, DeleteGroups 42, OffsetDelete 47) are served by package
+// group; their behaviour is documented there. This file opens the group log,
+// mirrors it to the tiered store and restores it from there.
+
+// groupsDir is the group log's directory under the data directory. It has
+// no "-N" suffix, so it can never be taken for a topic partition.
+const groupsDir = "__groups"
+
+// groupsKey is where the group state is mirrored in the bucket.
+const groupsKey = "_synapse/groups.json"
+
+func (s *Server) openGroups(ctx context.Context) error {
+	dir := filepath.Join(s.cfg.DataDir, groupsDir)
+	var seed []byte
+	if s.cfg.Tier != nil {
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			b, err := s.cfg.Tier.Store().GetRange(ctx, groupsKey, 0, -1)
+			switch {
+			case errors.Is(err, tiering.ErrNotFound):
+			case err != nil:
+				return fmt.Errorf("broker: restore groups: read %s from the tiered store: %w", groupsKey, err)
+			default:
+				seed = b
+			}
+		}
+	}
+	lp, err := s.store.OpenPartition(dir, group.LogConfig())
+	if err != nil {
+		return fmt.Errorf("broker: open the group log: %w", err)
+	}
+	s.groupLog = lp
+	c, err := group.Open(group.Config{
+		Logger:                s.logger.Named("groups"),
+		Now:                   s.cfg.Now,
+		InitialRebalanceDelay: s.cfg.GroupInitialRebalanceDelay,
+		MinSessionTimeout:     s.cfg.GroupMinSessionTimeout,
+		MaxSessionTimeout:     s.cfg.GroupMaxSessionTimeout,
+		OffsetsRetention:      s.cfg.OffsetsRetention,
+		PartitionExists: func(topic string, p int32) bool {
+			t := s.reg.get(topic)
+			return t != nil && s.reg.partition(t, p) != nil
+		},
+	}, lp, seed)
+	if err != nil {
+		return fmt.Errorf("broker: load groups: %w", err)
+	}
+	s.groups = c
+	return nil
+}
+
+// maintainGroups expires offsets, compacts the group log and, with
+// tiering, mirrors the group state to the bucket when it changed.
+func (s *Server) maintainGroups(now time.Time) {
+	s.groups.Maintain(now)
+	if s.cfg.Tier != nil {
+		s.mirrorGroups(s.ctx)
+	}
+}
+
+// mirrorGroups copies the group state to the bucket if it changed since the
+// last copy (best effort: retried next pass).
+func (s *Server) mirrorGroups(ctx context.Context) {
+	if s.groups.Changes() == s.groupsMirrored.Load() {
+		return
+	}
+	b, n := s.groups.Snapshot()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.cfg.Tier.Store().Put(ctx, groupsKey, bytes.NewReader(b), int64(len(b))); err != nil {
+		s.logger.Warn("mirror groups to the tiered store", zap.Error(err))
+		return
+	}
+	s.groupsMirrored.Store(n)
+}
+
+func (s *Server) clientOf(c *conn, req string) group.Client {
+	return group.Client{ID: req, Host: c.host}
+}
+
+// FindCoordinator: v0-6
+//
+// Behavior:
+//   - This broker coordinates every group and transactional id: key types
+//     0 (group) and 1 (transaction) answer this node. Other key types are
+//     INVALID_REQUEST.
+//
+// Version notes:
+//   - v4+: batched keys, one answer each.
+func (s *Server) handleFindCoordinator(req *kmsg.FindCoordinatorRequest) (kmsg.Response, error) {
+	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
+	code := int16(0)
+	var msg *string
+	if req.CoordinatorType != 0 && req.CoordinatorType != 1 {
+		code = kerr.InvalidRequest.Code
+		msg = kmsg.StringPtr(fmt.Sprintf("unsupported coordinator key type %d", req.CoordinatorType))
+	}
+	nodeID, host, port := s.meta.m.NodeID, s.host, s.port
+	if code != 0 {
+		nodeID, host, port = -1, "", -1
+	}
+	if req.Version < 4 {
+		resp.ErrorCode, resp.ErrorMessage, resp.NodeID, resp.Host, resp.Port = code, msg, nodeID, host, port
+		return resp, nil
+	}
+	for _, k := range req.CoordinatorKeys {
+		rc := kmsg.NewFindCoordinatorResponseCoordinator()
+		rc.Key, rc.ErrorCode, rc.ErrorMessage, rc.NodeID, rc.Host, rc.Port = k, code, msg, nodeID, host, port
+		resp.Coordinators = append(resp.Coordinators, rc)
+	}
+	return resp, nil
+}
+
+// closeGroups answers parked group requests and closes the group log.
+func (s *Server) closeGroups() {
+	if s.groups != nil {
+		s.groups.Close()
+	}
+	if s.groupLog != nil {
+		if err := s.groupLog.Close(); err != nil && !errors.Is(err, log.ErrClosed) {
+			s.logger.Warn("close the group log", zap.Error(err))
+		}
+	}
+}
