@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -91,11 +92,39 @@ func TestTieringOffloadColdReadRestore(t *testing.T) {
 	check(ts.addr) // cache
 	end0 := ts.reg.partition(ts.reg.get("cold"), 0).log.LogEndOffset()
 
+	// Committed offsets are mirrored to the bucket by the maintenance loop.
+	var commit kadm.Offsets
+	commit.Add(kadm.Offset{Topic: "cold", Partition: 0, At: 42, LeaderEpoch: -1, Metadata: "meta"})
+	commit.Add(kadm.Offset{Topic: "cold", Partition: 1, At: 7, LeaderEpoch: -1})
+	_, adm2 := client(t, ts.addr)
+	if err := adm2.CommitAllOffsets(ctx, "restore-g", commit); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if b, err := store.GetRange(ctx, groupsKey, 0, -1); err == nil && bytes.Contains(b, []byte("restore-g")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("committed offsets never mirrored to the bucket")
+		}
+	}
+
 	// Lose the disk: a new broker on an empty directory and the same bucket.
 	ts.stop(t)
 	dir2 := t.TempDir()
 	ts2 := startTiered(t, dir2, tiering.New(store, nil, 8<<20))
 	check(ts2.addr)
+	_, adm3 := client(t, ts2.addr)
+	offs, err := adm3.FetchOffsets(ctx, "restore-g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := offs.Lookup("cold", 0); o.At != 42 || o.Metadata != "meta" {
+		t.Fatalf("restored offset of partition 0: %+v", o)
+	}
+	if o, _ := offs.Lookup("cold", 1); o.At != 7 {
+		t.Fatalf("restored offset of partition 1: %+v", o)
+	}
 	p0 := ts2.reg.partition(ts2.reg.get("cold"), 0)
 	if p0.log.LogEndOffset() != end0 {
 		t.Fatalf("restored partition ends at %d, was %d", p0.log.LogEndOffset(), end0)
