@@ -25,11 +25,13 @@ var (
 	descTierErrors  = prometheus.NewDesc("synapse_tier_errors_total", "Failed object-store operations.", nil, nil)
 	descLagBytes    = prometheus.NewDesc("synapse_tier_upload_lag_bytes", "Bytes of sealed segments not yet in the tiered store.", nil, nil)
 	descLagSegs     = prometheus.NewDesc("synapse_tier_upload_lag_segments", "Sealed segments not yet in the tiered store.", nil, nil)
+	descGroups      = prometheus.NewDesc("synapse_groups", "Consumer groups by state.", []string{"state"}, nil)
+	descMembers     = prometheus.NewDesc("synapse_group_members", "Members of all consumer groups.", nil, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConns, descPartitions, descLocalBytes, descUpBytes, descUpSegs,
-		descDownBytes, descCacheHits, descCacheMisses, descTierErrors, descLagBytes, descLagSegs} {
+		descDownBytes, descCacheHits, descCacheMisses, descTierErrors, descLagBytes, descLagSegs, descGroups, descMembers} {
 		ch <- d
 	}
 }
@@ -54,6 +56,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descConns, float64(conns))
 	gauge(descPartitions, float64(parts))
 	gauge(descLocalBytes, float64(local))
+	byState, members := s.groups.Stats()
+	for _, st := range []string{"Empty", "PreparingRebalance", "CompletingRebalance", "Stable"} {
+		ch <- prometheus.MustNewConstMetric(descGroups, prometheus.GaugeValue, float64(byState[st]), st)
+	}
+	gauge(descMembers, float64(members))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if st, ok := s.TierStatus(ctx); ok {

@@ -414,3 +414,17 @@ func newMemberID(clientID string) string {
 	u[8] = u[8]&0x3f | 0x80
 	return fmt.Sprintf("%s-%x-%x-%x-%x-%x", clientID, u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
 }
+
+// Stats counts live groups by state name, and their members.
+func (c *Coordinator) Stats() (byState map[string]int, members int) {
+	byState = map[string]int{}
+	for _, g := range c.all() {
+		g.mu.Lock()
+		if g.state != stateDead {
+			byState[g.state.String()]++
+			members += len(g.members)
+		}
+		g.mu.Unlock()
+	}
+	return byState, members
+}
