@@ -238,6 +238,11 @@ func (b *synapseBroker) args() []string {
 		"--data-dir", b.dataDir,
 		"--http-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(b.httpPort)),
 		"--log-level", "warn",
+		// Consumer groups: no delay before the first rebalance of a new
+		// group, and session timeouts down to 1 s, so the group tests run
+		// fast and can have a member evicted in seconds.
+		"--group-initial-rebalance-delay", "0s",
+		"--group-min-session-timeout", "1s",
 	}
 }
 
@@ -407,6 +412,9 @@ func (b *kfakeBroker) Start(t testing.TB) {
 		kfake.AllowAutoTopicCreation(),
 		kfake.DefaultNumPartitions(1),
 		kfake.ClusterID("compat-tests"),
+		// Like synapse's --group-min-session-timeout above (kfake has no
+		// initial rebalance delay).
+		kfake.GroupMinSessionTimeout(time.Second),
 	)
 	if err != nil {
 		t.Fatalf("kfake: %v", err)
