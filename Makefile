@@ -13,7 +13,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 # Packages that `make test` runs with the race detector. Add new packages
 # (./protocol/... ./broker/... ./tiering/...) here as they land.
-CORE_PKGS ?= ./log/... ./protocol/... ./broker/... ./tiering/... ./cmd/...
+CORE_PKGS ?= ./log/... ./protocol/... ./broker/... ./group/... ./tiering/... ./cmd/...
 
 # Fuzzing: every Fuzz* target of FUZZ_PKGS runs for FUZZTIME, one after another.
 FUZZ_PKGS ?= ./log/ ./protocol/
