@@ -16,7 +16,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 CORE_PKGS ?= ./log/... ./protocol/... ./broker/... ./group/... ./tiering/... ./cmd/...
 
 # Fuzzing: every Fuzz* target of FUZZ_PKGS runs for FUZZTIME, one after another.
-FUZZ_PKGS ?= ./log/ ./protocol/
+FUZZ_PKGS ?= ./log/ ./protocol/ ./group
 FUZZTIME ?= 30s
 
 # Tools live outside the clone so a fresh clone (CI) reuses them.
