@@ -90,7 +90,7 @@ fuzz:
 BENCH_ARGS ?=
 bench: build tools
 	./bin/synapse bench log $(BENCH_ARGS)
-	cd tiering && TIERING_REQUIRE_S3=1 VERSITYGW_BIN="$(TOOLS_BIN)/versitygw" \
+	cd tiering && TIERING_REQUIRE_S3=1 VERSITYGW_BIN="$(TOOLS_BIN)/versitygw" SYNAPSE_BIN=$(CURDIR)/bin/synapse \
 		$(GO) test -run '^$$' -bench 'ColdCatchUp|UploadKeepsUp|TailLatency' -benchtime 3x .
 
 clean:
