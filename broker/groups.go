@@ -33,17 +33,9 @@ const groupsKey = "_synapse/groups.json"
 
 func (s *Server) openGroups(ctx context.Context) error {
 	dir := filepath.Join(s.cfg.DataDir, groupsDir)
-	var seed []byte
 	if s.cfg.Tier != nil {
-		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-			b, err := s.cfg.Tier.Store().GetRange(ctx, groupsKey, 0, -1)
-			switch {
-			case errors.Is(err, tiering.ErrNotFound):
-			case err != nil:
-				return fmt.Errorf("broker: restore groups: read %s from the tiered store: %w", groupsKey, err)
-			default:
-				seed = b
-			}
+		if err := s.restoreGroups(ctx, dir); err != nil {
+			return err
 		}
 	}
 	lp, err := s.store.OpenPartition(dir, group.LogConfig())
@@ -51,7 +43,56 @@ func (s *Server) openGroups(ctx context.Context) error {
 		return fmt.Errorf("broker: open the group log: %w", err)
 	}
 	s.groupLog = lp
-	c, err := group.Open(group.Config{
+	c, err := group.Open(s.groupConfig(), lp, nil)
+	if err != nil {
+		return fmt.Errorf("broker: load groups: %w", err)
+	}
+	s.groups = c
+	return nil
+}
+
+// restoreGroups fills a missing group log from the bucket's mirror. The
+// log is written under another name and renamed into place once durable,
+// so a crash part way leaves no group log and the next start restores
+// again (a partial log would load as complete, and its first mirror would
+// overwrite the bucket's good copy).
+func (s *Server) restoreGroups(ctx context.Context, dir string) error {
+	tmp := dir + ".restore"
+	if err := os.RemoveAll(tmp); err != nil { // an interrupted restore
+		return err
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		return err // a group log exists (or cannot be looked at)
+	}
+	seed, err := s.cfg.Tier.Store().GetRange(ctx, groupsKey, 0, -1)
+	if errors.Is(err, tiering.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("broker: restore groups: read %s from the tiered store: %w", groupsKey, err)
+	}
+	lp, err := s.store.OpenPartition(tmp, group.LogConfig())
+	if err != nil {
+		return fmt.Errorf("broker: restore groups: %w", err)
+	}
+	c, err := group.Open(s.groupConfig(), lp, seed)
+	if err == nil {
+		c.Close()
+	}
+	if cerr := lp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("broker: restore groups: %w", err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return err
+	}
+	return log.OSFS.SyncDir(s.cfg.DataDir)
+}
+
+func (s *Server) groupConfig() group.Config {
+	return group.Config{
 		Logger:                s.logger.Named("groups"),
 		Now:                   s.cfg.Now,
 		InitialRebalanceDelay: s.cfg.GroupInitialRebalanceDelay,
@@ -62,12 +103,7 @@ func (s *Server) openGroups(ctx context.Context) error {
 			t := s.reg.get(topic)
 			return t != nil && s.reg.partition(t, p) != nil
 		},
-	}, lp, seed)
-	if err != nil {
-		return fmt.Errorf("broker: load groups: %w", err)
 	}
-	s.groups = c
-	return nil
 }
 
 // maintainGroups expires offsets, compacts the group log and, with

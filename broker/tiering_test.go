@@ -392,3 +392,43 @@ func TestInterruptedRestoreIsFinished(t *testing.T) {
 		t.Fatalf("first record after an interrupted restore at %d (%v), want 10", r.Offset, err)
 	}
 }
+
+// TestGroupRestoreAfterInterruptedRestore: a restore of the group log cut
+// short (its temporary directory left behind, no group log) is redone from
+// the bucket on the next start.
+func TestGroupRestoreAfterInterruptedRestore(t *testing.T) {
+	store := tiering.NewMemStore()
+	ts := startTiered(t, t.TempDir(), tiering.New(store, nil, 8<<20))
+	ctx := ctxT(t)
+	_, adm := client(t, ts.addr)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "gt"); err != nil {
+		t.Fatal(err)
+	}
+	var commit kadm.Offsets
+	commit.Add(kadm.Offset{Topic: "gt", Partition: 0, At: 5, LeaderEpoch: -1})
+	if err := adm.CommitAllOffsets(ctx, "g", commit); err != nil {
+		t.Fatal(err)
+	}
+	ts.stop(t) // mirrors the group state
+
+	dir := t.TempDir()
+	partial := filepath.Join(dir, groupsDir+".restore")
+	if err := os.MkdirAll(partial, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(partial, "00000000000000000000.log"), []byte("torn"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ts2 := startTiered(t, dir, tiering.New(store, nil, 8<<20))
+	_, adm2 := client(t, ts2.addr)
+	offs, err := adm2.FetchOffsets(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := offs.Lookup("gt", 0); o.At != 5 {
+		t.Fatalf("restored offset %+v, want 5", o)
+	}
+	if _, err := os.Stat(partial); !os.IsNotExist(err) {
+		t.Fatalf("the interrupted restore's directory is still there: %v", err)
+	}
+}

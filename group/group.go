@@ -45,6 +45,7 @@ type joinReply struct {
 	leader       string
 	memberID     string
 	members      []kmsg.JoinGroupResponseMember // the leader's only
+	skip         bool                           // v9 SkipAssignment
 }
 
 // syncReply is what a parked SyncGroup is answered with.
@@ -153,7 +154,7 @@ func (g *group) addMember(m *member, now time.Time) {
 func (g *group) checkSession(m *member) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.members[m.id] != m || g.state == stateDead {
+	if g.members[m.id] != m || g.state == stateDead || g.c.ctx.Err() != nil {
 		return
 	}
 	if m.joinCh != nil || m.syncCh != nil {
@@ -197,6 +198,7 @@ func (g *group) removeMemberLocked(m *member, reason string) {
 	switch g.state {
 	case stateStable, stateCompletingRebalance:
 		g.prepareRebalanceLocked(reason)
+		g.maybeCompleteJoinLocked() // the last member gone: Empty at once
 	case statePreparingRebalance:
 		g.maybeCompleteJoinLocked()
 	}
@@ -256,7 +258,7 @@ func (g *group) scheduleJoinLocked() {
 func (g *group) onJoinTimer(seq uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if seq != g.joinSeq || g.state != statePreparingRebalance {
+	if seq != g.joinSeq || g.state != statePreparingRebalance || g.c.ctx.Err() != nil {
 		return
 	}
 	now := g.c.cfg.Now()
@@ -318,6 +320,15 @@ func (g *group) allJoinedLocked() bool {
 	return true
 }
 
+func (g *group) anyJoinedLocked() bool {
+	for _, m := range g.members {
+		if m.joinCh != nil {
+			return true
+		}
+	}
+	return false
+}
+
 func (g *group) maybeCompleteJoinLocked() {
 	if g.state == statePreparingRebalance && g.initialUntil.IsZero() && g.allJoinedLocked() {
 		g.completeJoinLocked()
@@ -339,6 +350,14 @@ func (g *group) completeJoinLocked() {
 			g.logger().Info("member did not rejoin in time; removed", zap.String("member", id))
 			g.dropMemberLocked(m)
 		}
+	}
+	if len(g.members) > 0 && !g.anyJoinedLocked() {
+		// Only static members remain and none rejoined: wait another
+		// rebalance timeout (their sessions expire them meanwhile), as
+		// Kafka does, rather than start a generation nobody is in.
+		g.joinDeadline = g.c.cfg.Now().Add(g.maxRebalanceTimeoutLocked())
+		g.scheduleJoinLocked()
+		return
 	}
 	g.generation++
 	if len(g.members) == 0 {
@@ -388,20 +407,26 @@ func (g *group) joinReplyLocked(memberID string) joinReply {
 
 // onSyncTimeout removes members that did not send SyncGroup within the
 // rebalance timeout after the join completed, and rebalances again.
+// A follower that never syncs is removed even once the leader made the
+// group Stable (Kafka's pending-sync tracking).
 func (g *group) onSyncTimeout(gen int32) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.state != stateCompletingRebalance || g.generation != gen {
+	if g.c.ctx.Err() != nil || (g.state != stateCompletingRebalance && g.state != stateStable) || g.generation != gen {
 		return
 	}
+	removed := false
 	for _, id := range append([]string(nil), g.order...) {
 		if m := g.members[id]; m.syncedGen != gen {
 			g.logger().Info("member did not sync in time; removed", zap.String("member", id))
 			g.dropMemberLocked(m)
+			removed = true
 		}
 	}
-	g.prepareRebalanceLocked("members did not sync in time")
-	g.maybeCompleteJoinLocked()
+	if removed || g.state == stateCompletingRebalance {
+		g.prepareRebalanceLocked("members did not sync in time")
+		g.maybeCompleteJoinLocked()
+	}
 }
 
 // selectProtocolLocked picks the protocol every member supports that most
@@ -470,14 +495,24 @@ func sameProtocols(a, b []protocol) bool {
 	return true
 }
 
-// fencedLocked reports whether a request naming instance iid comes from
-// other than the member that instance currently is (a zombie).
-func (g *group) fencedLocked(memberID string, iid *string) bool {
-	if iid == nil {
-		return false
+// validateMemberLocked is Kafka's check of a request's member: a static
+// instance id is checked first (unknown: UNKNOWN_MEMBER_ID; now another
+// member: FENCED_INSTANCE_ID, so a zombie shuts down instead of rejoining
+// and taking the instance back), then the member id.
+func (g *group) validateMemberLocked(memberID string, iid *string) *kerr.Error {
+	if iid != nil {
+		cur, ok := g.static[*iid]
+		if !ok {
+			return kerr.UnknownMemberID
+		}
+		if cur != memberID {
+			return kerr.FencedInstanceID
+		}
 	}
-	cur, ok := g.static[*iid]
-	return ok && cur != memberID
+	if g.members[memberID] == nil {
+		return kerr.UnknownMemberID
+	}
+	return nil
 }
 
 // groupValueLocked is the group record for the current state.

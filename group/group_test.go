@@ -310,7 +310,7 @@ func TestSessionTimeoutEvicts(t *testing.T) {
 // TestJoinWaitsForKnownMembers: the join completes only once every known
 // member has rejoined, or at the rebalance timeout without the missing.
 func TestJoinTimeoutRemovesMissing(t *testing.T) {
-	e := newEnv(t, Config{})
+	e := newEnv(t, Config{InitialRebalanceDelay: 100 * time.Millisecond}) // both in the first generation
 	const g = "g"
 	a, aj := e.newMember(g, 150*time.Millisecond)
 	b, bj := e.newMember(g, 5*time.Second)
@@ -346,18 +346,35 @@ func TestStaticMembership(t *testing.T) {
 	old := r.MemberID
 	e.c.SyncGroup(bg, syncReq(g, old, 1, map[string]string{old: "mine"}))
 	r = e.c.JoinGroup(bg, jr, cl)
-	if r.ErrorCode != 0 || r.MemberID == old || r.Generation != 1 || r.LeaderID == r.MemberID {
+	if r.ErrorCode != 0 || r.MemberID == old || r.Generation != 1 || !r.SkipAssignment {
 		t.Fatalf("static rejoin: %+v (old %s)", r, old)
 	}
 	s := e.c.SyncGroup(bg, syncReq(g, r.MemberID, 1, nil))
 	if s.ErrorCode != 0 || string(s.MemberAssignment) != "mine" {
 		t.Fatalf("sync after static rejoin: %+v", s)
 	}
+	// The replaced process is a zombie: fenced (fatal in clients), not
+	// UNKNOWN_MEMBER_ID (which would make it rejoin and take the instance
+	// back).
 	hb := kmsg.NewPtrHeartbeatRequest()
 	hb.Version, hb.Group, hb.MemberID, hb.Generation, hb.InstanceID = 4, g, old, 1, kmsg.StringPtr("inst-1")
-	wantCode(t, "old id heartbeat", e.c.Heartbeat(hb).ErrorCode, kerr.UnknownMemberID)
+	wantCode(t, "old id heartbeat", e.c.Heartbeat(hb).ErrorCode, kerr.FencedInstanceID)
 	hb.MemberID = "someone-else"
-	wantCode(t, "zombie heartbeat", e.c.Heartbeat(hb).ErrorCode, kerr.UnknownMemberID)
+	wantCode(t, "zombie heartbeat", e.c.Heartbeat(hb).ErrorCode, kerr.FencedInstanceID)
+	zs := syncReq(g, old, 1, nil)
+	zs.InstanceID = kmsg.StringPtr("inst-1")
+	wantCode(t, "zombie sync", e.c.SyncGroup(bg, zs).ErrorCode, kerr.FencedInstanceID)
+	zj := joinReq(g, old, 9, time.Second)
+	zj.InstanceID = kmsg.StringPtr("inst-1")
+	wantCode(t, "zombie join", e.c.JoinGroup(bg, zj, cl).ErrorCode, kerr.FencedInstanceID)
+	zc := kmsg.NewPtrOffsetCommitRequest()
+	zc.Version, zc.Group, zc.MemberID, zc.Generation, zc.InstanceID = 8, g, old, 1, kmsg.StringPtr("inst-1")
+	zt := kmsg.NewOffsetCommitRequestTopic()
+	zt.Topic, zt.Partitions = "t", []kmsg.OffsetCommitRequestTopicPartition{kmsg.NewOffsetCommitRequestTopicPartition()}
+	zc.Topics = append(zc.Topics, zt)
+	wantCode(t, "zombie commit", e.c.OffsetCommit(zc).Topics[0].Partitions[0].ErrorCode, kerr.FencedInstanceID)
+	hb.InstanceID = kmsg.StringPtr("inst-unknown")
+	wantCode(t, "unknown instance", e.c.Heartbeat(hb).ErrorCode, kerr.UnknownMemberID)
 	if d := e.describe(g); d.State != "Stable" || len(d.Members) != 1 || *d.Members[0].InstanceID != "inst-1" {
 		t.Fatalf("describe: %+v", d)
 	}
@@ -370,8 +387,49 @@ func TestStaticMembership(t *testing.T) {
 	if resp := e.c.LeaveGroup(lr); resp.Members[0].ErrorCode != 0 {
 		t.Fatalf("leave: %+v", resp)
 	}
-	if d := e.describe(g); d.State != "PreparingRebalance" && d.State != "Empty" {
+	// The last member gone: Empty at once, so the group can be deleted
+	// right away (an admin deleting a group after its consumer closed).
+	if d := e.describe(g); d.State != "Empty" {
 		t.Fatalf("after static leave: %s", d.State)
+	}
+	dr := kmsg.NewPtrDeleteGroupsRequest()
+	dr.Groups = []string{g}
+	wantCode(t, "delete after leave", e.c.DeleteGroups(dr).Groups[0].ErrorCode, nil)
+}
+
+// TestStaticLeaderRejoinV9: a static leader that restarts learns it is the
+// leader (KIP-814: SkipAssignment) at v9; below v9 it is told the old
+// leader id.
+func TestStaticLeaderRejoinV9(t *testing.T) {
+	e := newEnv(t, Config{})
+	for _, v := range []int16{9, 8} {
+		g := fmt.Sprint("g", v)
+		jr := joinReq(g, "", v, time.Second)
+		jr.InstanceID = kmsg.StringPtr("leader")
+		r := e.c.JoinGroup(bg, jr, cl)
+		old := r.MemberID
+		e.c.SyncGroup(bg, syncReq(g, old, 1, map[string]string{old: "a"}))
+		r = e.c.JoinGroup(bg, jr, cl)
+		switch {
+		case r.ErrorCode != 0:
+			t.Fatalf("v%d rejoin: %s", v, codeName(r.ErrorCode))
+		case v >= 9 && (r.LeaderID != r.MemberID || !r.SkipAssignment || len(r.Members) != 1):
+			t.Fatalf("v9 static leader rejoin: leader %s member %s skip %v members %d", r.LeaderID, r.MemberID, r.SkipAssignment, len(r.Members))
+		case v < 9 && (r.LeaderID != old || r.SkipAssignment || len(r.Members) != 0):
+			t.Fatalf("v%d static leader rejoin: leader %s (old %s) skip %v", v, r.LeaderID, old, r.SkipAssignment)
+		}
+	}
+}
+
+// TestInvalidUTF8GroupIDSurvivesRestart: what is kept in memory is what the
+// log stores, so a restart finds the same group.
+func TestInvalidUTF8GroupIDSurvivesRestart(t *testing.T) {
+	e := newEnv(t, Config{})
+	e.commit("caf\xe9", "", -1, "t", 42)
+	before := e.fetch("caf\xe9", "t", 1)[0]
+	e.reopen()
+	if got := e.fetch("caf\xe9", "t", 1)[0]; got != 42 || before != 42 {
+		t.Fatalf("offset before %d, after restart %d, want 42", before, got)
 	}
 }
 
@@ -552,6 +610,33 @@ func TestOffsetsRetention(t *testing.T) {
 	e.reopen()
 	if e.fetch("simple", "t", 1)[0] != -1 {
 		t.Fatal("expiry did not persist")
+	}
+
+	// An explicit retention (OffsetCommit v2-4) does not expire the offsets
+	// of a topic a live consumer group subscribes to.
+	a, aj := e.newMember("live", 10*time.Minute)
+	wait(t, aj)
+	sub := kmsg.NewConsumerMemberMetadata()
+	sub.Topics = []string{"t"}
+	jr := joinReq("live", a, 9, 10*time.Minute)
+	jr.Protocols[0].Metadata = sub.AppendTo(nil)
+	ra := e.c.JoinGroup(bg, jr, cl)
+	e.c.SyncGroup(bg, syncReq("live", a, ra.Generation, map[string]string{a: ""}))
+	cr := kmsg.NewPtrOffsetCommitRequest()
+	cr.Version, cr.Group, cr.MemberID, cr.Generation, cr.RetentionTimeMillis = 4, "live", a, ra.Generation, 1000
+	for _, topic := range []string{"t", "u"} {
+		ct := kmsg.NewOffsetCommitRequestTopic()
+		ct.Topic, ct.Partitions = topic, []kmsg.OffsetCommitRequestTopicPartition{kmsg.NewOffsetCommitRequestTopicPartition()}
+		ct.Partitions[0].Offset = 9
+		cr.Topics = append(cr.Topics, ct)
+	}
+	e.c.OffsetCommit(cr)
+	mu.Lock()
+	now = now.Add(time.Minute)
+	mu.Unlock()
+	e.c.Maintain(clock())
+	if e.fetch("live", "t", 1)[0] != 9 || e.fetch("live", "u", 1)[0] != -1 {
+		t.Fatalf("explicit retention: t %d (subscribed, kept), u %d (not subscribed, expired)", e.fetch("live", "t", 1)[0], e.fetch("live", "u", 1)[0])
 	}
 }
 

@@ -2,7 +2,9 @@ package group
 
 import (
 	"context"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -17,6 +19,15 @@ type Client struct {
 }
 
 func ms(v int32) time.Duration { return time.Duration(v) * time.Millisecond }
+
+// clean makes s valid UTF-8 the way Kafka's decoding of a protocol string
+// does (bad bytes become U+FFFD), so what is kept in memory is what the
+// group log stores and a restart loads.
+func clean(s *string) {
+	if s != nil && !utf8.ValidString(*s) {
+		*s = strings.ToValidUTF8(*s, "\uFFFD")
+	}
+}
 
 // JoinGroup: v0-9
 //
@@ -42,6 +53,7 @@ func (c *Coordinator) JoinGroup(ctx context.Context, req *kmsg.JoinGroupRequest,
 	resp := req.ResponseKind().(*kmsg.JoinGroupResponse)
 	r := c.join(ctx, req, cl)
 	resp.ErrorCode, resp.Generation, resp.MemberID, resp.LeaderID, resp.Members = r.err, r.generation, r.memberID, r.leader, r.members
+	resp.SkipAssignment = r.skip
 	if r.err == 0 {
 		resp.ProtocolType, resp.Protocol = &r.protocolType, &r.protocol
 	} else {
@@ -54,6 +66,12 @@ func (c *Coordinator) JoinGroup(ctx context.Context, req *kmsg.JoinGroupRequest,
 }
 
 func (c *Coordinator) join(ctx context.Context, req *kmsg.JoinGroupRequest, cl Client) joinReply {
+	for _, s := range []*string{&req.Group, &req.MemberID, req.InstanceID, &req.ProtocolType, &cl.ID, &cl.Host} {
+		clean(s)
+	}
+	for i := range req.Protocols {
+		clean(&req.Protocols[i].Name)
+	}
 	fail := func(e *kerr.Error) joinReply { return joinReply{err: e.Code, memberID: req.MemberID, generation: -1} }
 	if req.Group == "" {
 		return fail(kerr.InvalidGroupID)
@@ -109,7 +127,7 @@ func (c *Coordinator) join(ctx context.Context, req *kmsg.JoinGroupRequest, cl C
 		return fail(kerr.InconsistentGroupProtocol)
 	case req.MemberID == "" && iid != nil && g.members[g.static[*iid]] != nil:
 		old := g.members[g.static[*iid]]
-		r, parked := g.replaceStaticLocked(old, newMember(newMemberID(cl.ID)), now)
+		r, parked := g.replaceStaticLocked(old, newMember(newMemberID(cl.ID)), now, req.Version)
 		if parked == nil {
 			g.mu.Unlock()
 			return r
@@ -131,15 +149,11 @@ func (c *Coordinator) join(ctx context.Context, req *kmsg.JoinGroupRequest, cl C
 		g.addMember(m, now)
 		ch = park(m, "new member "+m.id+" joined")
 	default:
-		m := g.members[req.MemberID]
-		switch {
-		case m == nil:
+		if e := g.validateMemberLocked(req.MemberID, iid); e != nil {
 			g.mu.Unlock()
-			return fail(kerr.UnknownMemberID)
-		case g.fencedLocked(m.id, iid) || (iid != nil && m.instanceID == nil):
-			g.mu.Unlock()
-			return fail(kerr.FencedInstanceID)
+			return fail(e)
 		}
+		m := g.members[req.MemberID]
 		unchanged := sameProtocols(m.protocols, protos)
 		switch {
 		case g.state == stateCompletingRebalance && unchanged,
@@ -170,7 +184,7 @@ func (c *Coordinator) join(ctx context.Context, req *kmsg.JoinGroupRequest, cl C
 
 // replaceStaticLocked gives a rejoining static member a new id in place of
 // old. It returns either an immediate reply or a channel for a parked join.
-func (g *group) replaceStaticLocked(old, m *member, now time.Time) (joinReply, chan joinReply) {
+func (g *group) replaceStaticLocked(old, m *member, now time.Time, version int16) (joinReply, chan joinReply) {
 	oldLeader := g.leader
 	old.reply(joinReply{err: kerr.FencedInstanceID.Code, memberID: old.id, generation: -1})
 	old.replySync(syncReply{err: kerr.FencedInstanceID.Code})
@@ -196,10 +210,19 @@ func (g *group) replaceStaticLocked(old, m *member, now time.Time) (joinReply, c
 		if err := g.persistLocked(); err != nil {
 			return joinReply{err: kerr.CoordinatorNotAvailable.Code, memberID: m.id, generation: -1}, nil
 		}
-		// The old leader id, so a rejoining leader does not reassign in a
-		// Stable group (its assignment would not be delivered).
 		r := g.joinReplyLocked(m.id)
-		r.leader = oldLeader
+		if version >= 9 {
+			// KIP-814: the leader learns it is the leader (it watches
+			// metadata for the group) but skips the assignment.
+			if m.id == g.leader {
+				r.skip, r.members = true, g.memberListLocked()
+			}
+		} else {
+			// Below v9, the old leader id, so a rejoining leader does not
+			// reassign in a Stable group (its assignment would not be
+			// delivered).
+			r.leader = oldLeader
+		}
 		return r, nil
 	}
 	ch := make(chan joinReply, 1)
@@ -222,7 +245,7 @@ func (g *group) memberListLocked() []kmsg.JoinGroupResponseMember {
 func (g *group) expirePending(id string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if _, ok := g.pending[id]; !ok {
+	if _, ok := g.pending[id]; !ok || g.c.ctx.Err() != nil {
 		return
 	}
 	delete(g.pending, id)
@@ -254,6 +277,12 @@ func (c *Coordinator) SyncGroup(ctx context.Context, req *kmsg.SyncGroupRequest)
 }
 
 func (c *Coordinator) sync(ctx context.Context, req *kmsg.SyncGroupRequest) (syncReply, string, string) {
+	for _, s := range []*string{&req.Group, &req.MemberID, req.InstanceID, req.ProtocolType, req.Protocol} {
+		clean(s)
+	}
+	for i := range req.GroupAssignment {
+		clean(&req.GroupAssignment[i].MemberID)
+	}
 	fail := func(e *kerr.Error) (syncReply, string, string) { return syncReply{err: e.Code}, "", "" }
 	if req.Group == "" {
 		return fail(kerr.InvalidGroupID)
@@ -270,12 +299,9 @@ func (c *Coordinator) sync(ctx context.Context, req *kmsg.SyncGroupRequest) (syn
 		iid = req.InstanceID
 	}
 	m := g.members[req.MemberID]
-	var e *kerr.Error
+	e := g.validateMemberLocked(req.MemberID, iid)
 	switch {
-	case m == nil:
-		e = kerr.UnknownMemberID
-	case g.fencedLocked(m.id, iid):
-		e = kerr.FencedInstanceID
+	case e != nil:
 	case req.Generation != g.generation:
 		e = kerr.IllegalGeneration
 	case req.ProtocolType != nil && *req.ProtocolType != g.protocolType,
@@ -292,13 +318,13 @@ func (c *Coordinator) sync(ctx context.Context, req *kmsg.SyncGroupRequest) (syn
 	}
 	pt, p := g.protocolType, g.protocol
 	m.lastSeen = c.cfg.Now()
+	m.syncedGen = g.generation
 	if g.state == stateStable {
 		a := m.assignment
 		g.mu.Unlock()
 		return syncReply{assignment: a}, pt, p
 	}
 	// CompletingRebalance.
-	m.syncedGen = g.generation
 	if m.syncCh != nil {
 		m.replySync(syncReply{err: kerr.RebalanceInProgress.Code})
 	}
@@ -322,11 +348,7 @@ func (c *Coordinator) sync(ctx context.Context, req *kmsg.SyncGroupRequest) (syn
 			}
 			g.prepareRebalanceLocked("group metadata could not be written")
 		} else {
-			if g.syncTimer != nil {
-				g.syncTimer.Stop()
-				g.syncTimer = nil
-			}
-			g.setStateLocked(stateStable)
+			g.setStateLocked(stateStable) // the sync timer runs on: followers must still sync
 			for _, mm := range g.members {
 				mm.replySync(syncReply{assignment: mm.assignment})
 			}
@@ -362,6 +384,9 @@ func (c *Coordinator) Heartbeat(req *kmsg.HeartbeatRequest) *kmsg.HeartbeatRespo
 var errNone = &kerr.Error{Message: "NONE", Code: 0}
 
 func (c *Coordinator) heartbeat(req *kmsg.HeartbeatRequest) *kerr.Error {
+	for _, s := range []*string{&req.Group, &req.MemberID, req.InstanceID} {
+		clean(s)
+	}
 	if req.Group == "" {
 		return kerr.InvalidGroupID
 	}
@@ -377,15 +402,13 @@ func (c *Coordinator) heartbeat(req *kmsg.HeartbeatRequest) *kerr.Error {
 	if req.Version >= 3 {
 		iid = req.InstanceID
 	}
-	m := g.members[req.MemberID]
-	switch {
-	case g.state == stateEmpty || m == nil:
-		return kerr.UnknownMemberID
-	case g.fencedLocked(m.id, iid):
-		return kerr.FencedInstanceID
-	case req.Generation != g.generation:
+	if e := g.validateMemberLocked(req.MemberID, iid); e != nil {
+		return e
+	}
+	if req.Generation != g.generation {
 		return kerr.IllegalGeneration
 	}
+	m := g.members[req.MemberID]
 	m.lastSeen = c.cfg.Now()
 	if g.state == statePreparingRebalance {
 		return kerr.RebalanceInProgress
@@ -402,6 +425,12 @@ func (c *Coordinator) heartbeat(req *kmsg.HeartbeatRequest) *kerr.Error {
 //     v3, the one member's error is the response's.
 func (c *Coordinator) LeaveGroup(req *kmsg.LeaveGroupRequest) *kmsg.LeaveGroupResponse {
 	resp := req.ResponseKind().(*kmsg.LeaveGroupResponse)
+	clean(&req.Group)
+	clean(&req.MemberID)
+	for i := range req.Members {
+		clean(&req.Members[i].MemberID)
+		clean(req.Members[i].InstanceID)
+	}
 	leaving := req.Members
 	if req.Version < 3 {
 		lm := kmsg.NewLeaveGroupRequestMember()
@@ -434,12 +463,11 @@ func (c *Coordinator) LeaveGroup(req *kmsg.LeaveGroupRequest) *kmsg.LeaveGroupRe
 				g.maybeCompleteJoinLocked()
 				continue
 			}
+			e := g.validateMemberLocked(id, lm.InstanceID)
 			m := g.members[id]
 			switch {
-			case m == nil:
-				codes[i] = kerr.UnknownMemberID.Code
-			case g.fencedLocked(id, lm.InstanceID):
-				codes[i] = kerr.FencedInstanceID.Code
+			case e != nil:
+				codes[i] = e.Code
 			default:
 				reason := "member " + id + " left"
 				if lm.Reason != nil {

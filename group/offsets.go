@@ -63,6 +63,14 @@ func (c *Coordinator) OffsetCommit(req *kmsg.OffsetCommitRequest) *kmsg.OffsetCo
 }
 
 func (c *Coordinator) commit(req *kmsg.OffsetCommitRequest, codes [][]int16) *kerr.Error {
+	for _, s := range []*string{&req.Group, &req.MemberID, req.InstanceID} {
+		clean(s)
+	}
+	for i := range req.Topics {
+		for j := range req.Topics[i].Partitions {
+			clean(req.Topics[i].Partitions[j].Metadata)
+		}
+	}
 	gen, memberID := int32(-1), ""
 	if req.Version >= 1 {
 		gen, memberID = req.Generation, req.MemberID
@@ -71,8 +79,9 @@ func (c *Coordinator) commit(req *kmsg.OffsetCommitRequest, codes [][]int16) *ke
 	if req.Version >= 7 {
 		iid = req.InstanceID
 	}
-	admin := gen < 0 && memberID == "" && iid == nil
-	g := c.lockGroup(req.Group, admin)
+	// Kafka's ClassicGroup.validateOffsetCommit: generation -1 on an
+	// empty group (or a new one) is a commit from outside group management.
+	g := c.lockGroup(req.Group, gen < 0)
 	if g == nil {
 		if c.ctx.Err() != nil {
 			return kerr.NotCoordinator
@@ -81,17 +90,19 @@ func (c *Coordinator) commit(req *kmsg.OffsetCommitRequest, codes [][]int16) *ke
 	}
 	defer g.mu.Unlock()
 	switch {
-	case admin && len(g.members) == 0:
-	case admin:
+	case gen < 0 && g.state == stateEmpty:
+	case gen >= 0 || memberID != "" || iid != nil:
+		if e := g.validateMemberLocked(memberID, iid); e != nil {
+			return e
+		}
+		if gen != g.generation {
+			return kerr.IllegalGeneration
+		}
+		if g.state == stateCompletingRebalance {
+			return kerr.RebalanceInProgress
+		}
+	default:
 		return kerr.UnknownMemberID // only an empty group takes commits from outside it
-	case g.members[memberID] == nil:
-		return kerr.UnknownMemberID
-	case g.fencedLocked(memberID, iid):
-		return kerr.FencedInstanceID
-	case gen != g.generation:
-		return kerr.IllegalGeneration
-	case g.state == stateCompletingRebalance:
-		return kerr.RebalanceInProgress
 	}
 	if m := g.members[memberID]; m != nil {
 		m.lastSeen = c.cfg.Now() // a commit is as good as a heartbeat
@@ -219,6 +230,7 @@ type fetchedTopic struct {
 }
 
 func (c *Coordinator) fetchOffsets(groupID string, q []offsetQuery) []fetchedTopic {
+	clean(&groupID)
 	none := offsetValue{Offset: -1, LeaderEpoch: -1}
 	g := c.lockGroup(groupID, false)
 	var offsets map[tp]offsetValue
@@ -262,6 +274,7 @@ func (c *Coordinator) fetchOffsets(groupID string, q []offsetQuery) []fetchedTop
 //     deleted; a non-consumer group with members is NON_EMPTY_GROUP.
 func (c *Coordinator) OffsetDelete(req *kmsg.OffsetDeleteRequest) *kmsg.OffsetDeleteResponse {
 	resp := req.ResponseKind().(*kmsg.OffsetDeleteResponse)
+	clean(&req.Group)
 	g := c.lockGroup(req.Group, false)
 	if g == nil {
 		resp.ErrorCode = kerr.GroupIDNotFound.Code
@@ -339,6 +352,7 @@ func (g *group) subscribedTopicsLocked() (map[string]bool, bool) {
 func (c *Coordinator) DescribeGroups(req *kmsg.DescribeGroupsRequest) *kmsg.DescribeGroupsResponse {
 	resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
 	for _, id := range req.Groups {
+		clean(&id)
 		dg := kmsg.NewDescribeGroupsResponseGroup()
 		dg.Group, dg.State = id, stateDead.String()
 		dg.AuthorizedOperations = -2147483648
@@ -425,6 +439,7 @@ func (c *Coordinator) DeleteGroups(req *kmsg.DeleteGroupsRequest) *kmsg.DeleteGr
 }
 
 func (c *Coordinator) deleteGroup(id string) *kerr.Error {
+	clean(&id)
 	if id == "" {
 		return kerr.InvalidGroupID
 	}
@@ -433,7 +448,7 @@ func (c *Coordinator) deleteGroup(id string) *kerr.Error {
 		return kerr.GroupIDNotFound
 	}
 	defer g.mu.Unlock()
-	if len(g.members) > 0 || len(g.pending) > 0 || g.state != stateEmpty {
+	if g.state != stateEmpty {
 		return kerr.NonEmptyGroup
 	}
 	if err := g.deleteLocked(); err != nil {
@@ -470,24 +485,35 @@ func (g *group) deleteLocked() error {
 func (g *group) expireOffsetsLocked(now time.Time) {
 	ret := g.c.cfg.OffsetsRetention.Milliseconds()
 	nowMs := now.UnixMilli()
+	// Kafka's GroupMetadata.removeExpiredOffsets: which offsets may expire
+	// at all, and from what time.
 	var subscribed map[string]bool
-	ok := false
-	if len(g.members) > 0 {
-		subscribed, ok = g.subscribedTopicsLocked()
+	useStateTime := false
+	switch {
+	case g.protocolType == "": // offsets committed from outside group management
+	case g.state == stateEmpty:
+		useStateTime = true
+	case g.state == stateStable && g.protocolType == "consumer":
+		var ok bool
+		if subscribed, ok = g.subscribedTopicsLocked(); !ok {
+			return
+		}
+	default:
+		return
 	}
 	var recs []record
 	var drop []tp
 	for k, v := range g.offsets {
-		var expired bool
-		switch {
-		case v.ExpireMs > 0:
+		if subscribed[k.topic] {
+			continue
+		}
+		base := v.CommitMs
+		if useStateTime {
+			base = g.stateSince.UnixMilli()
+		}
+		expired := nowMs-base >= ret
+		if v.ExpireMs > 0 {
 			expired = nowMs >= v.ExpireMs
-		case len(g.members) == 0 && g.protocolType != "":
-			expired = nowMs >= max(g.stateSince.UnixMilli(), v.CommitMs)+ret
-		case len(g.members) == 0:
-			expired = nowMs >= v.CommitMs+ret
-		case ok && !subscribed[k.topic]:
-			expired = nowMs >= v.CommitMs+ret
 		}
 		if expired {
 			recs = append(recs, offsetRecord(g.id, k.topic, k.partition, nil))
