@@ -67,6 +67,7 @@ lint: tools
 	$(GO) vet ./...
 	"$(STATICCHECK)" ./...
 	cd compat-tests && $(GO) vet ./... && "$(STATICCHECK)" ./...
+	cd bench && $(GO) vet ./... && "$(STATICCHECK)" ./...
 
 # TIERING_REQUIRE_S3=1: the tiering tests fail (not skip) without versitygw.
 test: tools lint
@@ -88,7 +89,11 @@ fuzz:
 
 # Ratios against baselines measured in the same run; see README.md.
 BENCH_ARGS ?=
+# e.g. SIDE_BY_SIDE_ARGS="-rounds 1 -p1-records 200000 -e2e-duration 5s" for a quick look.
+SIDE_BY_SIDE_ARGS ?=
 bench: build tools
+	cd bench && $(GO) build -o $(CURDIR)/bin/kfake ./kfake
+	cd bench && $(GO) run ./runner -synapse $(CURDIR)/bin/synapse -kfake $(CURDIR)/bin/kfake $(SIDE_BY_SIDE_ARGS)
 	./bin/synapse bench log $(BENCH_ARGS)
 	cd tiering && TIERING_REQUIRE_S3=1 VERSITYGW_BIN="$(TOOLS_BIN)/versitygw" SYNAPSE_BIN=$(CURDIR)/bin/synapse \
 		$(GO) test -run '^$$' -bench 'ColdCatchUp|UploadKeepsUp|TailLatency' -benchtime 3x .

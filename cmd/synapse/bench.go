@@ -16,6 +16,7 @@ func newBenchCommand() *cobra.Command {
 		Short: "Measure Synapse beside a baseline on this machine and print ratios",
 	}
 	cmd.AddCommand(newBenchLogCommand())
+	cmd.AddCommand(newBenchClientCommands()...)
 	return cmd
 }
 
