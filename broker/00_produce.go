@@ -34,12 +34,7 @@ import (
 //   - v13: topics by id (UNKNOWN_TOPIC_ID).
 func (s *Server) handleProduce(req *kmsg.ProduceRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
-	type pending struct {
-		ti, pi int // where the partition's response is
-		p      *partition
-		next   int64
-	}
-	var waits []pending
+	var waits []durableWait
 	acksOK := req.Acks == 0 || req.Acks == 1 || req.Acks == -1
 	for _, rt := range req.Topics {
 		st := kmsg.NewProduceResponseTopic()
@@ -80,26 +75,51 @@ func (s *Server) handleProduce(req *kmsg.ProduceRequest) (kmsg.Response, error) 
 					break
 				}
 				if req.Acks == -1 && next > 0 {
-					waits = append(waits, pending{len(resp.Topics), len(st.Partitions), p, next})
+					waits = append(waits, durableWait{len(resp.Topics), len(st.Partitions), p, next})
 				}
 			}
 			st.Partitions = append(st.Partitions, sp)
 		}
 		resp.Topics = append(resp.Topics, st)
 	}
-	// Durability: wait for all partitions after all writes, so they share
-	// group-commit rounds.
-	for _, w := range waits {
-		if err := w.p.log.WaitDurable(w.next); err != nil {
-			sp := &resp.Topics[w.ti].Partitions[w.pi]
-			sp.ErrorCode = s.errorCode(err)
-			sp.BaseOffset = -1
-		}
-	}
 	if req.Acks == 0 {
 		return nil, nil
 	}
+	if len(waits) > 0 {
+		// Durability is waited for by the connection (finish), after it
+		// has also appended any produce requests already queued behind
+		// this one: they all share one group-commit round.
+		return &deferredProduce{ProduceResponse: resp, s: s, waits: waits}, nil
+	}
 	return resp, nil
+}
+
+// durableWait is one partition of a produce response waiting for fsync.
+type durableWait struct {
+	ti, pi int // where the partition's response is
+	p      *partition
+	next   int64
+}
+
+// deferredProduce is an acks=all produce response whose records are
+// written but not yet known durable.
+type deferredProduce struct {
+	*kmsg.ProduceResponse
+	s     *Server
+	waits []durableWait
+}
+
+// finish waits for every partition's records to be durable and returns the
+// response (a partition whose fsync failed answers the storage error).
+func (d *deferredProduce) finish() *kmsg.ProduceResponse {
+	for _, w := range d.waits {
+		if err := w.p.log.WaitDurable(w.next); err != nil {
+			sp := &d.Topics[w.ti].Partitions[w.pi]
+			sp.ErrorCode = d.s.errorCode(err)
+			sp.BaseOffset = -1
+		}
+	}
+	return d.ProduceResponse
 }
 
 var (

@@ -95,15 +95,18 @@ func (c *conn) serve() {
 			log.Debug("closing connection", zap.Stringer("remote", c.nc.RemoteAddr()), zap.Error(err))
 			return
 		}
-		if resp != nil {
-			c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
-			if fr, ok := resp.(*fetchResponse); ok {
-				err = c.writeFetch(corr, fr)
-			} else {
-				c.out = protocol.AppendResponse(c.out[:0], corr, resp)
-				_, err = c.nc.Write(c.out)
+		if d, ok := resp.(*deferredProduce); ok {
+			// Produce pipelining: produce requests the client already sent
+			// behind this one are appended before any of them waits for
+			// fsync, so one group-commit round covers them all (an
+			// idempotent producer keeps up to five in flight). Responses
+			// still go out in request order.
+			if err := c.pipelineProduce(corr, d); err != nil {
+				log.Debug("closing connection", zap.Stringer("remote", c.nc.RemoteAddr()), zap.Error(err))
+				return
 			}
-			if err != nil {
+		} else if resp != nil {
+			if err := c.write(corr, resp); err != nil {
 				log.Debug("write response", zap.Stringer("remote", c.nc.RemoteAddr()), zap.Error(err))
 				return
 			}
@@ -120,6 +123,69 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+func (c *conn) write(corr int32, resp kmsg.Response) error {
+	c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
+	if fr, ok := resp.(*fetchResponse); ok {
+		return c.writeFetch(corr, fr)
+	}
+	c.out = protocol.AppendResponse(c.out[:0], corr, resp)
+	_, err := c.nc.Write(c.out)
+	return err
+}
+
+// maxPipelined bounds the produce requests appended ahead of their fsync
+// on one connection.
+const maxPipelined = 16
+
+// pipelineProduce handles the produce requests already buffered behind d
+// (append only), then finishes and answers them all in order.
+func (c *conn) pipelineProduce(corr int32, first *deferredProduce) error {
+	type item struct {
+		corr int32
+		resp kmsg.Response
+	}
+	items := []item{{corr, first}}
+	for len(items) < maxPipelined && c.nextIsProduce() {
+		frame, err := protocol.ReadFrame(c.br, c.frame[:0], c.s.cfg.MaxFrameSize)
+		if err != nil {
+			return err
+		}
+		c.frame = frame[:0]
+		resp, corr, err := c.handleFrame(frame)
+		if err != nil {
+			return err
+		}
+		items = append(items, item{corr, resp})
+		c.s.pipelined.Add(1)
+		if _, ok := resp.(*deferredProduce); !ok {
+			break // acks=0/1 or an error answer: nothing more to share
+		}
+	}
+	for _, it := range items {
+		resp := it.resp
+		if d, ok := resp.(*deferredProduce); ok {
+			resp = d.finish()
+		}
+		if resp == nil {
+			continue // acks=0
+		}
+		if err := c.write(it.corr, resp); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nextIsProduce reports whether a Produce request's header is already
+// buffered (never blocks on the socket).
+func (c *conn) nextIsProduce() bool {
+	if c.br.Buffered() < 6 {
+		return false
+	}
+	h, err := c.br.Peek(6)
+	return err == nil && h[4] == 0 && h[5] == 0 // api key 0
 }
 
 // handleFrame parses and handles one request. A nil response with a nil

@@ -42,7 +42,8 @@ type Server struct {
 	connWG    sync.WaitGroup
 	shutting  atomic.Bool
 	serving   atomic.Bool
-	overDisk  atomic.Bool // local segments above LocalDiskBudget (tiering)
+	overDisk  atomic.Bool  // local segments above LocalDiskBudget (tiering)
+	pipelined atomic.Int64 // produce requests appended while an earlier one awaited fsync
 	maintDone chan struct{}
 	closeOnce sync.Once
 

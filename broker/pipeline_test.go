@@ -1,0 +1,96 @@
+package broker
+
+import (
+	"encoding/binary"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestProducePipelining: produce requests sent back to back on one
+// connection, without waiting for answers (acks=all, acks=0 and acks=1
+// mixed, then a Metadata request), are all answered in request order with
+// contiguous offsets, the acks=0 one not at all.
+func TestProducePipelining(t *testing.T) {
+	ts := startServerConfig(t, Config{AutoCreateTopics: true})
+	_, adm := client(t, ts.addr)
+	if _, err := adm.CreateTopic(ctxT(t), 1, 1, nil, "pipe"); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := net.Dial("tcp", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	f := kmsg.NewRequestFormatter(kmsg.FormatterClientID("pipe"))
+	acks := []int16{-1, -1, -1, 0, -1, 1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1}
+	var out []byte
+	for i, a := range acks {
+		req := kmsg.NewPtrProduceRequest()
+		req.Version, req.Acks, req.TimeoutMillis = 8, a, 5000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = "pipe"
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rb := kmsg.RecordBatch{Magic: 2, ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: 1, FirstTimestamp: 1, MaxTimestamp: 1}
+		rec := kmsg.Record{Value: []byte{byte(i)}}
+		rec.Length = int32(len(rec.AppendTo(nil)) - 1)
+		rb.Records = rec.AppendTo(nil)
+		rp.Records = fixCRC(rb.AppendTo(nil))
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		out = append(out, f.AppendRequest(nil, req, int32(100+i))...) // AppendRequest sizes from dst[0]
+	}
+	md := kmsg.NewPtrMetadataRequest()
+	md.Version = 1
+	out = append(out, f.AppendRequest(nil, md, 999)...)
+	if _, err := nc.Write(out); err != nil { // all at once: they queue behind the first
+		t.Fatal(err)
+	}
+	readResp := func() (int32, []byte) {
+		t.Helper()
+		var size [4]byte
+		if _, err := io.ReadFull(nc, size[:]); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, binary.BigEndian.Uint32(size[:]))
+		if _, err := io.ReadFull(nc, b); err != nil {
+			t.Fatal(err)
+		}
+		return int32(binary.BigEndian.Uint32(b)), b[4:]
+	}
+	want := int64(0)
+	for i, a := range acks {
+		if a == 0 {
+			want++
+			continue // no answer
+		}
+		corr, body := readResp()
+		if corr != int32(100+i) {
+			t.Fatalf("answer %d has correlation id %d, want %d (out of order)", i, corr, 100+i)
+		}
+		resp := kmsg.NewPtrProduceResponse()
+		resp.Version = 8
+		if err := resp.ReadFrom(body); err != nil {
+			t.Fatal(err)
+		}
+		p := resp.Topics[0].Partitions[0]
+		if p.ErrorCode != 0 || p.BaseOffset != want {
+			t.Fatalf("request %d: error %d offset %d, want offset %d", i, p.ErrorCode, p.BaseOffset, want)
+		}
+		want++
+	}
+	if corr, _ := readResp(); corr != 999 {
+		t.Fatalf("metadata answered with correlation id %d", corr)
+	}
+	if ts.pipelined.Load() == 0 {
+		t.Fatal("no produce request was appended behind another: nothing pipelined")
+	}
+	p := ts.reg.partition(ts.reg.get("pipe"), 0)
+	if hw := p.log.HighWatermark(); hw != int64(len(acks)) {
+		t.Fatalf("high watermark %d, want %d", hw, len(acks))
+	}
+}
