@@ -51,6 +51,15 @@ func (r *retryStore) do(ctx context.Context, op func() error) error {
 	return err
 }
 
+// LinkFile implements FileLinker when the wrapped store does.
+func (r *retryStore) LinkFile(ctx context.Context, key, path string, size int64) error {
+	l, ok := r.s.(FileLinker)
+	if !ok {
+		return errors.New("tiering: store cannot link files")
+	}
+	return l.LinkFile(ctx, key, path, size)
+}
+
 func (r *retryStore) put(ctx context.Context, body io.Reader, op func(io.Reader) error) error {
 	seeker, ok := body.(io.Seeker)
 	if !ok {

@@ -38,3 +38,12 @@ type ObjectStore interface {
 	// List returns the keys under prefix, sorted.
 	List(ctx context.Context, prefix string) ([]string, error)
 }
+
+// FileLinker is implemented by stores that can take an immutable local file
+// without copying it (LocalDir: a hard link on the same file system).
+// LinkFile stores the whole file at path (size bytes) under key, as Put
+// would; any error means "not possible here" and the caller falls back to
+// Put.
+type FileLinker interface {
+	LinkFile(ctx context.Context, key, path string, size int64) error
+}

@@ -195,17 +195,31 @@ func (t *Tier) uploadSegment(ctx context.Context, pk PartitionKey, lp *log.Parti
 			file.Close()
 			return meta, err
 		}
-		h := crc32.New(castagnoli)
-		r := io.TeeReader(io.NewSectionReader(file, 0, size), h)
-		err = t.store.Put(ctx, pk.segmentKey(seg.Base, f.ext), r, size)
+		key := pk.segmentKey(seg.Base, f.ext)
+		if f.main {
+			// The checksum in a pass of its own (a sealed segment never
+			// changes), so the upload body stays seekable and a transient
+			// failure is retried in this pass.
+			h := crc32.New(castagnoli)
+			if _, err := io.Copy(h, io.NewSectionReader(file, 0, size)); err != nil {
+				file.Close()
+				return meta, fmt.Errorf("tiering: checksum %s: %w", f.path, err)
+			}
+			meta.CRC32C = h.Sum32()
+			// A local-directory store on the same file system takes the
+			// sealed file by a hard link instead of a copy.
+			if l, ok := t.store.(FileLinker); ok && l.LinkFile(ctx, key, f.path, size) == nil {
+				file.Close()
+				t.uploadedBytes.Add(size)
+				continue
+			}
+		}
+		err = t.store.Put(ctx, key, io.NewSectionReader(file, 0, size), size)
 		file.Close()
 		if err != nil {
 			return meta, fmt.Errorf("tiering: upload %s%s: %w", pk.segmentKey(seg.Base, ""), f.ext, err)
 		}
 		t.uploadedBytes.Add(size)
-		if f.main {
-			meta.CRC32C = h.Sum32()
-		}
 	}
 	return meta, nil
 }

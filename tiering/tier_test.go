@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -344,5 +345,46 @@ func TestNoWaitReadReportsDownloadFailure(t *testing.T) {
 	<-wait
 	if _, _, _, err := f.tier.ReadNoWait(ctx, nil, f.pk, 0, 1<<20); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after the failed download: %v, want the download's error", err)
+	}
+}
+
+// TestLocalDirUploadLinks: with a local-directory store on the same file
+// system, a sealed segment is stored by a hard link (no copy), the manifest
+// checksum is right, and the object outlives the local segment's release.
+func TestLocalDirUploadLinks(t *testing.T) {
+	f := newFixture(t)
+	ld, err := NewLocalDir(filepath.Join(t.TempDir(), "tier"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.tier = New(Retrying(ld, 3), zaptest.NewLogger(t), 1<<20)
+	ctx := context.Background()
+	now := time.Now()
+	f.produce(60, now.UnixMilli())
+	seg := f.lp.SealedSegments()[0]
+	if _, err := f.tier.Upload(ctx, f.pk, f.lp); err != nil {
+		t.Fatal(err)
+	}
+	local, err := os.Stat(seg.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := os.Stat(ld.path(f.pk.segmentKey(seg.Base, ".log")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(local, obj) {
+		t.Fatal("the sealed segment was copied, not linked")
+	}
+	if _, err := f.tier.ReleaseLocal(ctx, f.pk, f.lp, 0, -1, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(seg.LogPath); !os.IsNotExist(err) {
+		t.Fatalf("local segment not released: %v", err)
+	}
+	f.readAll(0) // cold, through the checksum check
+	// A wrong size or a missing file is refused (the uploader then copies).
+	if err := ld.LinkFile(ctx, "x/y.log", "/nonexistent", 1); err == nil {
+		t.Fatal("linked a missing file")
 	}
 }
