@@ -1,9 +1,9 @@
 package tiering
 
 import (
-	"encoding/hex"
-	"crypto/rand"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
