@@ -45,6 +45,7 @@ type Server struct {
 	overDisk  atomic.Bool  // local segments above LocalDiskBudget (tiering)
 	pipelined atomic.Int64 // produce requests appended while an earlier one awaited fsync
 	maintDone chan struct{}
+	tierKick  chan struct{} // a segment was sealed: tier now, not at the next tick
 	closeOnce sync.Once
 
 	beforeHandle atomic.Pointer[func(*protocol.Request)] // tests: runs before every handler
@@ -62,6 +63,7 @@ func New(cfg Config) (*Server, error) {
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[*conn]struct{}{},
 		maintDone: make(chan struct{}),
+		tierKick:  make(chan struct{}, 1),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	meta, err := openMeta(cfg.DataDir)
@@ -75,6 +77,7 @@ func New(cfg Config) (*Server, error) {
 		SyncInterval: cfg.FsyncInterval,
 		MaxOpenFiles: cfg.MaxOpenFiles,
 		Now:          cfg.Now,
+		OnSeal:       s.kickTiering,
 	})
 	if cfg.Tier != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -243,6 +246,18 @@ func (s *Server) Close() {
 	})
 }
 
+// kickTiering asks the maintenance loop for a pass now (with tiering: a
+// sealed segment is uploaded at once rather than at the next tick).
+func (s *Server) kickTiering() {
+	if s.cfg.Tier == nil {
+		return
+	}
+	select {
+	case s.tierKick <- struct{}{}:
+	default:
+	}
+}
+
 // tierParallelism is how many partitions' tiering steps run at once.
 const tierParallelism = 4
 
@@ -258,6 +273,7 @@ func (s *Server) maintain() {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
+		case <-s.tierKick:
 		}
 		now := s.cfg.Now()
 		s.maintainGroups(now)

@@ -360,6 +360,9 @@ func (p *Partition) rollLocked() error {
 	p.segs.Store(&segs)
 	p.active = seg
 	p.sinceIndex = 0
+	if p.store.opts.OnSeal != nil {
+		p.store.opts.OnSeal()
+	}
 	return nil
 }
 

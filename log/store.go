@@ -32,6 +32,10 @@ type Options struct {
 	SyncParallelism int
 	// Now returns the time for segment.ms and retention.ms; nil means time.Now.
 	Now func() time.Time
+	// OnSeal, if set, is called (under the partition's lock: it must not
+	// block or call back into the partition) each time a segment is sealed,
+	// so an uploader can start at once instead of at its next poll.
+	OnSeal func()
 }
 
 // Store owns what partitions share: the group-commit syncer and the bounded
