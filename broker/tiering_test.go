@@ -432,3 +432,28 @@ func TestGroupRestoreAfterInterruptedRestore(t *testing.T) {
 		t.Fatalf("the interrupted restore's directory is still there: %v", err)
 	}
 }
+
+// TestSealedSegmentUploadedAtOnce: a sealed segment is uploaded without
+// waiting for the next maintenance tick (an hour here).
+func TestSealedSegmentUploadedAtOnce(t *testing.T) {
+	ts := startServerConfig(t, Config{DataDir: t.TempDir(), AutoCreateTopics: true, Tier: tiering.New(tiering.NewMemStore(), nil, 8<<20), MaintenanceInterval: time.Hour})
+	ctx := ctxT(t)
+	_, adm := client(t, ts.addr)
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("20000")}, "kick"); err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := client(t, ts.addr, kgo.ProducerLinger(0))
+	for i := 0; i < 10; i++ {
+		if err := pr.ProduceSync(ctx, &kgo.Record{Topic: "kick", Value: bytes.Repeat([]byte{1}, 5000)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st, _ := ts.TierStatus(ctx); st.UploadedSegments > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a sealed segment waited for the maintenance tick")
+		}
+	}
+}
