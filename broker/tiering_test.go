@@ -442,7 +442,7 @@ func TestSealedSegmentUploadedAtOnce(t *testing.T) {
 	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("20000")}, "kick"); err != nil {
 		t.Fatal(err)
 	}
-	pr, _ := client(t, ts.addr, kgo.ProducerLinger(0))
+	pr, _ := client(t, ts.addr, kgo.ProducerLinger(0), kgo.ProducerBatchCompression(kgo.NoCompression()))
 	for i := 0; i < 10; i++ {
 		if err := pr.ProduceSync(ctx, &kgo.Record{Topic: "kick", Value: bytes.Repeat([]byte{1}, 5000)}).FirstErr(); err != nil {
 			t.Fatal(err)
