@@ -132,7 +132,7 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 func (t *Tier) index(ctx context.Context, pk PartitionKey, base int64) []byte {
 	key := pk.segmentKey(base, ".index")
 	t.mu.Lock()
-	b, ok := t.indexes[key]
+	b, ok := t.indexes.get(key)
 	t.mu.Unlock()
 	if ok {
 		return b
@@ -143,7 +143,7 @@ func (t *Tier) index(ctx context.Context, pk PartitionKey, base int64) []byte {
 	}
 	t.downloadedBytes.Add(int64(len(b)))
 	t.mu.Lock()
-	t.indexes[key] = b // nil for a missing index: derived data, a scan works
+	t.indexes.put(key, b) // nil for a missing index: derived data, a scan works
 	t.mu.Unlock()
 	return b
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,7 +51,7 @@ type Tier struct {
 
 	mu        sync.Mutex
 	manifests map[PartitionKey]*Manifest
-	indexes   map[string][]byte         // remote .index objects by key
+	indexes   *indexCache               // remote .index objects by key (LRU, bounded)
 	inflight  map[chunkID]chan struct{} // chunk downloads under way
 	failed    map[chunkID]error         // last background download error, reported once
 
@@ -69,7 +68,7 @@ func New(store ObjectStore, logger *zap.Logger, cacheBytes int64) *Tier {
 		cacheBytes = 256 << 20
 	}
 	return &Tier{store: store, logger: logger, cache: newChunkCache(cacheBytes),
-		manifests: map[PartitionKey]*Manifest{}, indexes: map[string][]byte{}, inflight: map[chunkID]chan struct{}{}, failed: map[chunkID]error{}}
+		manifests: map[PartitionKey]*Manifest{}, indexes: newIndexCache(indexCacheBytes), inflight: map[chunkID]chan struct{}{}, failed: map[chunkID]error{}}
 }
 
 // SetDiskCache adds a local-disk level of diskBytes under dir (emptied now)
@@ -329,11 +328,7 @@ func (t *Tier) ApplyRetention(ctx context.Context, pk PartitionKey, lp *log.Part
 func (t *Tier) Forget(ctx context.Context, pk PartitionKey) error {
 	t.mu.Lock()
 	delete(t.manifests, pk)
-	for k := range t.indexes {
-		if strings.HasPrefix(k, pk.dir()+"/") {
-			delete(t.indexes, k)
-		}
-	}
+	t.indexes.dropPrefix(pk.dir() + "/")
 	t.mu.Unlock()
 	keys, err := t.store.List(ctx, pk.dir()+"/")
 	if err != nil {
