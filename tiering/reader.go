@@ -205,7 +205,10 @@ func (t *Tier) chunk(ctx context.Context, key string, size, ci int64) ([]byte, e
 }
 
 func (t *Tier) readAheadFrom(key string, size, ci int64) {
-	for ahead := ci + 1; ahead <= ci+readAhead && ahead*chunkSize < size; ahead++ {
+	// Never read so far ahead that the prefetched chunks evict the one being
+	// read and the next (a batch may span both): a small cache would thrash.
+	n := min(int64(readAhead), t.cache.max/chunkSize-2)
+	for ahead := ci + 1; ahead <= ci+n && ahead*chunkSize < size; ahead++ {
 		t.prefetch(key, size, ahead)
 	}
 }

@@ -388,3 +388,62 @@ func TestLocalDirUploadLinks(t *testing.T) {
 		t.Fatal("linked a missing file")
 	}
 }
+
+// TestNoWaitSmallCacheMakesProgress: with the smallest cache (two chunks)
+// and batches spanning chunk boundaries, a no-wait catch-up reader still
+// reads everything, without downloading the data over and over.
+func TestNoWaitSmallCacheMakesProgress(t *testing.T) {
+	dir := t.TempDir()
+	ls := log.OpenStore(log.Options{Logger: zaptest.NewLogger(t)})
+	t.Cleanup(func() { ls.Close() })
+	lp, err := ls.OpenPartition(filepath.Join(dir, "t-0"), log.Config{SegmentBytes: 30 << 20, MaxMessageBytes: 4 << 20, RetentionMs: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := NewMemStore()
+	tier := New(st, zaptest.NewLogger(t), 2*chunkSize)
+	pk := PartitionKey{Topic: "t", Partition: 0}
+	var total int64
+	for i := 0; total < 50<<20; i++ {
+		b := batch(3<<20+12345, int64(i), byte(i)) // 3 MiB and change: many span an 8 MiB boundary
+		res, err := lp.Append(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lp.WaitDurable(res.LastOffset + 1); err != nil {
+			t.Fatal(err)
+		}
+		total += int64(len(b))
+	}
+	ctx := context.Background()
+	if _, err := tier.Upload(ctx, pk, lp); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := tier.Manifest(ctx, pk)
+	var tiered int64
+	for _, s := range m.Segments {
+		tiered += s.Size
+	}
+	off, read := int64(0), int64(0)
+	for steps := 0; off < m.Next(); steps++ {
+		if steps > 1000 {
+			t.Fatalf("no progress: at offset %d of %d after %d reads", off, m.Next(), steps)
+		}
+		b, next, wait, err := tier.ReadNoWait(ctx, nil, pk, off, 16<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wait != nil {
+			<-wait
+			continue
+		}
+		read += int64(len(b))
+		off = next
+	}
+	if read != tiered {
+		t.Fatalf("read %d bytes, %d tiered", read, tiered)
+	}
+	if d := tier.Stats().DownloadedBytes; d > 2*tiered {
+		t.Fatalf("downloaded %d bytes to read %d: thrashing", d, tiered)
+	}
+}
