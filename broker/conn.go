@@ -147,15 +147,18 @@ func (c *conn) pipelineProduce(corr int32, first *deferredProduce) error {
 		resp kmsg.Response
 	}
 	items := []item{{corr, first}}
+	var readErr error // answered requests go out before the connection closes
 	for len(items) < maxPipelined && c.nextIsProduce() {
 		frame, err := protocol.ReadFrame(c.br, c.frame[:0], c.s.cfg.MaxFrameSize)
 		if err != nil {
-			return err
+			readErr = err
+			break
 		}
 		c.frame = frame[:0]
 		resp, corr, err := c.handleFrame(frame)
 		if err != nil {
-			return err
+			readErr = err
+			break
 		}
 		items = append(items, item{corr, resp})
 		c.s.pipelined.Add(1)
@@ -175,7 +178,7 @@ func (c *conn) pipelineProduce(corr int32, first *deferredProduce) error {
 			return err
 		}
 	}
-	return nil
+	return readErr
 }
 
 // nextIsProduce reports whether a Produce request's header is already

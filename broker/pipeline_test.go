@@ -94,3 +94,59 @@ func TestProducePipelining(t *testing.T) {
 		t.Fatalf("high watermark %d, want %d", hw, len(acks))
 	}
 }
+
+// TestProducePipeliningBadFrameAfter: a malformed request queued behind
+// produce requests closes the connection only after they are answered.
+func TestProducePipeliningBadFrameAfter(t *testing.T) {
+	ts := startServerConfig(t, Config{AutoCreateTopics: true})
+	_, adm := client(t, ts.addr)
+	if _, err := adm.CreateTopic(ctxT(t), 1, 1, nil, "pipe2"); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := net.Dial("tcp", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	f := kmsg.NewRequestFormatter(kmsg.FormatterClientID("pipe"))
+	var out []byte
+	for i := 0; i < 3; i++ {
+		req := kmsg.NewPtrProduceRequest()
+		req.Version, req.Acks, req.TimeoutMillis = 8, -1, 5000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = "pipe2"
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rb := kmsg.RecordBatch{Magic: 2, ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: 1, FirstTimestamp: 1, MaxTimestamp: 1}
+		rec := kmsg.Record{Value: []byte{byte(i)}}
+		rec.Length = int32(len(rec.AppendTo(nil)) - 1)
+		rb.Records = rec.AppendTo(nil)
+		rp.Records = fixCRC(rb.AppendTo(nil))
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		out = append(out, f.AppendRequest(nil, req, int32(200+i))...)
+	}
+	// A produce header (key 0, v8) with a body that does not decode.
+	bad := []byte{0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 1, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	binary.BigEndian.PutUint32(bad, uint32(len(bad)-4))
+	out = append(out, bad...)
+	if _, err := nc.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		var size [4]byte
+		if _, err := io.ReadFull(nc, size[:]); err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		b := make([]byte, binary.BigEndian.Uint32(size[:]))
+		if _, err := io.ReadFull(nc, b); err != nil {
+			t.Fatal(err)
+		}
+		if corr := int32(binary.BigEndian.Uint32(b)); corr != int32(200+i) {
+			t.Fatalf("answer %d has correlation id %d", i, corr)
+		}
+	}
+	if _, err := nc.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the connection stayed open after an undecodable request")
+	}
+}
