@@ -76,6 +76,7 @@ func BenchmarkColdCatchUp(b *testing.B) {
 		cons := kclientTB(b, br2.addr, kgo.ConsumeTopics("tiered"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 			kgo.FetchMaxBytes(32<<20), kgo.FetchMaxPartitionBytes(32<<20))
 		start = time.Now()
+		cpu0 := procCPU(br2.cmd.Process.Pid)
 		var got int64
 		for got < plainBytes*9/10 {
 			fs := cons.PollFetches(ctx)
@@ -85,6 +86,7 @@ func BenchmarkColdCatchUp(b *testing.B) {
 			fs.EachRecord(func(r *kgo.Record) { got += int64(len(r.Value)) })
 		}
 		cold := float64(got) / 1e6 / time.Since(start).Seconds()
+		coldCPU := float64((procCPU(br2.cmd.Process.Pid) - cpu0).Microseconds()) / 1e3 / (float64(got) / 1e6)
 		cons.Close()
 		// The same read again, from the broker's chunk cache: the ceiling
 		// of this client and broker on this machine without the bucket.
@@ -104,6 +106,7 @@ func BenchmarkColdCatchUp(b *testing.B) {
 		b.ReportMetric(plain, "plain-GetObject-MB/s")
 		b.ReportMetric(cold, "cold-consume-MB/s")
 		b.ReportMetric(warm, "cached-consume-MB/s")
+		b.ReportMetric(coldCPU, "broker-CPU-ms/MB-cold")
 		b.ReportMetric(cold/plain, "ratio")
 	}
 }
