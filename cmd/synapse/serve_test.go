@@ -158,6 +158,11 @@ func TestServeServesAndStops(t *testing.T) {
 			t.Errorf("/metrics lacks %q", m)
 		}
 	}
+	if resp, err := http.Get("http://" + httpAddr + "/debug/pprof/goroutine?debug=1"); err != nil || resp.StatusCode != 200 {
+		t.Errorf("/debug/pprof/: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	resp, err = http.Get("http://" + httpAddr + "/status")
 	if err != nil {
 		t.Fatal(err)
