@@ -58,6 +58,8 @@ tools:
 	@# Debian packages for the script compat tests (kcat, kafka-python,
 	@# confluent-kafka python), installed only when missing.
 	@bash compat-tests/install-deps.sh
+	@# KafkaJS (npm) for the KafkaJS compat test.
+	@bash compat-tests/install-kafkajs.sh
 	@# versitygw v1.8.0, the S3-compatible server the tiering tests start.
 	@TOOLS_BIN="$(TOOLS_BIN)" bash tiering/install-versitygw.sh
 
