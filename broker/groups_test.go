@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -12,34 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
-	"go.uber.org/zap/zaptest"
 )
-
-// startServerAt is startServerConfig on a fixed address (a restart keeps
-// the clients' seed valid).
-func startServerAt(t *testing.T, cfg Config, addr string) *testServer {
-	t.Helper()
-	cfg.Logger = zaptest.NewLogger(t)
-	var ln net.Listener
-	var err error
-	for i := 0; i < 50; i++ { // the old listener's port may linger briefly
-		if ln, err = net.Listen("tcp", addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := &testServer{Server: s, addr: ln.Addr().String(), dir: cfg.DataDir, done: make(chan error, 1)}
-	go func() { ts.done <- s.Serve(ln) }()
-	t.Cleanup(func() { ts.stop(t) })
-	return ts
-}
 
 // pollN polls c until n records arrived or the context ends.
 func pollN(ctx context.Context, t *testing.T, c *kgo.Client, n int) []*kgo.Record {

@@ -10,6 +10,23 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
+// oneRecordProduce is a Produce v8 request of one record to partition 0.
+func oneRecordProduce(topic string, acks int16, v byte) *kmsg.ProduceRequest {
+	req := kmsg.NewPtrProduceRequest()
+	req.Version, req.Acks, req.TimeoutMillis = 8, acks, 5000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rb := kmsg.RecordBatch{Magic: 2, ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: 1, FirstTimestamp: 1, MaxTimestamp: 1}
+	rec := kmsg.Record{Value: []byte{v}}
+	rec.Length = int32(len(rec.AppendTo(nil)) - 1)
+	rb.Records = rec.AppendTo(nil)
+	rp.Records = fixCRC(rb.AppendTo(nil))
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	return req
+}
+
 // TestProducePipelining: produce requests sent back to back on one
 // connection, without waiting for answers (acks=all, acks=0 and acks=1
 // mixed, then a Metadata request), are all answered in request order with
@@ -30,19 +47,7 @@ func TestProducePipelining(t *testing.T) {
 	acks := []int16{-1, -1, -1, 0, -1, 1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1}
 	var out []byte
 	for i, a := range acks {
-		req := kmsg.NewPtrProduceRequest()
-		req.Version, req.Acks, req.TimeoutMillis = 8, a, 5000
-		rt := kmsg.NewProduceRequestTopic()
-		rt.Topic = "pipe"
-		rp := kmsg.NewProduceRequestTopicPartition()
-		rb := kmsg.RecordBatch{Magic: 2, ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: 1, FirstTimestamp: 1, MaxTimestamp: 1}
-		rec := kmsg.Record{Value: []byte{byte(i)}}
-		rec.Length = int32(len(rec.AppendTo(nil)) - 1)
-		rb.Records = rec.AppendTo(nil)
-		rp.Records = fixCRC(rb.AppendTo(nil))
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		out = append(out, f.AppendRequest(nil, req, int32(100+i))...) // AppendRequest sizes from dst[0]
+		out = append(out, f.AppendRequest(nil, oneRecordProduce("pipe", a, byte(i)), int32(100+i))...) // AppendRequest sizes from dst[0]
 	}
 	md := kmsg.NewPtrMetadataRequest()
 	md.Version = 1
@@ -112,19 +117,7 @@ func TestProducePipeliningBadFrameAfter(t *testing.T) {
 	f := kmsg.NewRequestFormatter(kmsg.FormatterClientID("pipe"))
 	var out []byte
 	for i := 0; i < 3; i++ {
-		req := kmsg.NewPtrProduceRequest()
-		req.Version, req.Acks, req.TimeoutMillis = 8, -1, 5000
-		rt := kmsg.NewProduceRequestTopic()
-		rt.Topic = "pipe2"
-		rp := kmsg.NewProduceRequestTopicPartition()
-		rb := kmsg.RecordBatch{Magic: 2, ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: 1, FirstTimestamp: 1, MaxTimestamp: 1}
-		rec := kmsg.Record{Value: []byte{byte(i)}}
-		rec.Length = int32(len(rec.AppendTo(nil)) - 1)
-		rb.Records = rec.AppendTo(nil)
-		rp.Records = fixCRC(rb.AppendTo(nil))
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		out = append(out, f.AppendRequest(nil, req, int32(200+i))...)
+		out = append(out, f.AppendRequest(nil, oneRecordProduce("pipe2", -1, byte(i)), int32(200+i))...)
 	}
 	// A produce header (key 0, v8) with a body that does not decode.
 	bad := []byte{0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 1, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}

@@ -38,13 +38,27 @@ func startServer(t *testing.T, dir string) *testServer {
 // dir, Logger to the test's) on a loopback port until the test ends.
 func startServerConfig(t *testing.T, cfg Config) *testServer {
 	t.Helper()
+	return startServerAt(t, cfg, "127.0.0.1:0")
+}
+
+// startServerAt starts a server listening on addr (a restart on the same
+// address keeps clients' seeds valid; the old port may linger briefly).
+func startServerAt(t *testing.T, cfg Config, addr string) *testServer {
+	t.Helper()
 	if cfg.DataDir == "" {
 		cfg.DataDir = t.TempDir()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zaptest.NewLogger(t)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var ln net.Listener
+	var err error
+	for i := 0; i < 50; i++ {
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

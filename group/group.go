@@ -378,13 +378,7 @@ func (g *group) completeJoinLocked() {
 	}
 	g.setStateLocked(stateCompletingRebalance)
 	now := g.c.cfg.Now()
-	var all []kmsg.JoinGroupResponseMember
-	for _, id := range g.order {
-		m := g.members[id]
-		jm := kmsg.NewJoinGroupResponseMember()
-		jm.MemberID, jm.InstanceID, jm.ProtocolMetadata = m.id, m.instanceID, m.metadataFor(g.protocol)
-		all = append(all, jm)
-	}
+	all := g.memberListLocked()
 	for _, m := range g.members {
 		if m.joinCh == nil {
 			continue
