@@ -3,8 +3,11 @@ package group
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -722,4 +725,66 @@ func TestCompactionCrashPartWay(t *testing.T) {
 	}
 	e.reopen()
 	check("after a full compaction")
+}
+
+// failingFS fails every file Sync while fail is set.
+type failingFS struct {
+	log.FS
+	fail *atomic.Bool
+}
+
+type failingFile struct {
+	log.File
+	fail *atomic.Bool
+}
+
+func (f failingFS) OpenFile(name string, flag int, perm os.FileMode) (log.File, error) {
+	lf, err := f.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return failingFile{lf, f.fail}, nil
+}
+
+func (f failingFile) Sync() error {
+	if f.fail.Load() {
+		return syscall.EIO
+	}
+	return f.File.Sync()
+}
+
+// TestCommitFsyncFailure: a commit whose fsync fails is answered with an
+// error and not applied; what was acknowledged before survives a restart.
+func TestCommitFsyncFailure(t *testing.T) {
+	dir := t.TempDir()
+	var fail atomic.Bool
+	open := func(fs log.FS) (*log.Store, *log.Partition, *Coordinator) {
+		store := log.OpenStore(log.Options{FS: fs})
+		lp, err := store.OpenPartition(filepath.Join(dir, "__groups"), LogConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := Open(Config{Logger: zaptest.NewLogger(t)}, lp, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return store, lp, c
+	}
+	store, lp, c := open(failingFS{log.OSFS, &fail})
+	e := &env{t: t, c: c}
+	wantCode(t, "healthy commit", e.commit("g", "", -1, "t", 10)[0], nil)
+	fail.Store(true)
+	wantCode(t, "commit with a failing fsync", e.commit("g", "", -1, "t", 20)[0], kerr.CoordinatorNotAvailable)
+	if got := e.fetch("g", "t", 1)[0]; got != 10 {
+		t.Fatalf("after the failed commit the offset is %d, want the acknowledged 10", got)
+	}
+	c.Close()
+	lp.Close()
+	store.Close()
+	_, _, c2 := open(log.OSFS)
+	defer c2.Close()
+	e.c = c2
+	if got := e.fetch("g", "t", 1)[0]; got != 10 && got != 20 {
+		t.Fatalf("after a restart the offset is %d, want 10 (or the unacknowledged 20)", got)
+	}
 }
