@@ -165,33 +165,37 @@ func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceRespons
 		sp.LogAppendTime = now
 	}
 	log.PatchLeaderEpoch(records, s.meta.m.LeaderEpoch)
-	var res log.AppendResult
 	if h.ProducerID >= 0 {
-		p.mu.Lock()
-		dup, err := p.checkSequence(&h)
-		if err != nil {
-			p.mu.Unlock()
-			return 0, err
-		}
-		if dup >= 0 {
-			p.mu.Unlock()
-			sp.BaseOffset = dup
-			sp.LogStartOffset = p.log.LogStartOffset()
-			return dup + int64(h.LastOffsetDelta) + 1, nil
-		}
-		res, err = p.log.Append(records)
-		if err == nil {
-			p.recordSequence(&res.Header)
-		}
-		p.mu.Unlock()
-		if err != nil {
-			return 0, err
-		}
-	} else {
-		if res, err = p.log.Append(records); err != nil {
-			return 0, err
-		}
+		return p.appendIdempotent(records, &h, sp)
 	}
+	res, err := p.log.Append(records)
+	if err != nil {
+		return 0, err
+	}
+	sp.BaseOffset = res.BaseOffset
+	sp.LogStartOffset = res.LogStartOffset
+	return res.LastOffset + 1, nil
+}
+
+// appendIdempotent checks the batch's sequence and appends it under p.mu
+// (released by defer, so a panic cannot leave the partition locked).
+func (p *partition) appendIdempotent(records []byte, h *log.BatchHeader, sp *kmsg.ProduceResponseTopicPartition) (int64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	dup, err := p.checkSequence(h)
+	if err != nil {
+		return 0, err
+	}
+	if dup >= 0 {
+		sp.BaseOffset = dup
+		sp.LogStartOffset = p.log.LogStartOffset()
+		return dup + int64(h.LastOffsetDelta) + 1, nil
+	}
+	res, err := p.log.Append(records)
+	if err != nil {
+		return 0, err
+	}
+	p.recordSequence(&res.Header)
 	sp.BaseOffset = res.BaseOffset
 	sp.LogStartOffset = res.LogStartOffset
 	return res.LastOffset + 1, nil

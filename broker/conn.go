@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -181,14 +182,19 @@ func (c *conn) pipelineProduce(corr int32, first *deferredProduce) error {
 	return readErr
 }
 
-// nextIsProduce reports whether a Produce request's header is already
-// buffered (never blocks on the socket).
+// nextIsProduce reports whether a whole Produce request is already
+// buffered, so reading it never waits on the socket (a slow or stalled
+// client must not hold up answers to what it already sent).
 func (c *conn) nextIsProduce() bool {
-	if c.br.Buffered() < 6 {
+	if c.s.shutting.Load() || c.br.Buffered() < 6 {
 		return false
 	}
 	h, err := c.br.Peek(6)
-	return err == nil && h[4] == 0 && h[5] == 0 // api key 0
+	if err != nil || h[4] != 0 || h[5] != 0 { // api key 0
+		return false
+	}
+	size := int64(binary.BigEndian.Uint32(h))
+	return size <= int64(c.s.cfg.MaxFrameSize) && int64(c.br.Buffered()) >= 4+size
 }
 
 // handleFrame parses and handles one request. A nil response with a nil

@@ -83,6 +83,9 @@ var handled = []int16{0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 
 func errorResponse(req kmsg.Request, code int16) kmsg.Response {
 	switch r := req.(type) {
 	case *kmsg.ProduceRequest:
+		if r.Acks == 0 {
+			return nil // no answer is expected: close the connection instead
+		}
 		resp := r.ResponseKind().(*kmsg.ProduceResponse)
 		for _, t := range r.Topics {
 			rt := kmsg.NewProduceResponseTopic()

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/synapsebroker/synapse/protocol"
 )
 
 // oneRecordProduce is a Produce v8 request of one record to partition 0.
@@ -141,5 +143,64 @@ func TestProducePipeliningBadFrameAfter(t *testing.T) {
 	}
 	if _, err := nc.Read(make([]byte, 1)); err == nil {
 		t.Fatal("the connection stayed open after an undecodable request")
+	}
+}
+
+// TestPipeliningNeverWaitsForAPartialFrame: an acks=all produce followed by
+// only the start of another request is answered at once; the broker does
+// not wait for the rest before fsyncing and answering the first.
+func TestPipeliningNeverWaitsForAPartialFrame(t *testing.T) {
+	ts := startServerConfig(t, Config{AutoCreateTopics: true})
+	_, adm := client(t, ts.addr)
+	if _, err := adm.CreateTopic(ctxT(t), 1, 1, nil, "pipe3"); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := net.Dial("tcp", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	f := kmsg.NewRequestFormatter(kmsg.FormatterClientID("pipe"))
+	out := f.AppendRequest(nil, oneRecordProduce("pipe3", -1, 1), 300)
+	next := f.AppendRequest(nil, oneRecordProduce("pipe3", -1, 2), 301)
+	if _, err := nc.Write(append(out, next[:10]...)); err != nil {
+		t.Fatal(err)
+	}
+	nc.SetReadDeadline(time.Now().Add(2 * time.Second))
+	var size [4]byte
+	if _, err := io.ReadFull(nc, size[:]); err != nil {
+		t.Fatalf("the first produce was not answered while the second was incomplete: %v", err)
+	}
+}
+
+// TestAcksZeroPanicIsNotAnswered: a panicking acks=0 produce gets no answer
+// (none is expected; the connection closes instead of sending one the
+// client would take for its next request's).
+func TestAcksZeroPanicIsNotAnswered(t *testing.T) {
+	ts := startServerConfig(t, Config{AutoCreateTopics: true})
+	hook := func(req *protocol.Request) {
+		if req.Key == 0 {
+			panic("injected")
+		}
+	}
+	ts.beforeHandle.Store(&hook)
+	nc, err := net.Dial("tcp", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	f := kmsg.NewRequestFormatter(kmsg.FormatterClientID("pipe"))
+	md := kmsg.NewPtrMetadataRequest()
+	md.Version = 1
+	out := append(f.AppendRequest(nil, oneRecordProduce("pipe4", 0, 1), 1), f.AppendRequest(nil, md, 2)...)
+	if _, err := nc.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var size [4]byte
+	if _, err := io.ReadFull(nc, size[:]); err == nil {
+		b := make([]byte, 4)
+		io.ReadFull(nc, b)
+		t.Fatalf("got an answer with correlation id %d; want the connection closed", binary.BigEndian.Uint32(b))
 	}
 }

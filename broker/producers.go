@@ -122,6 +122,13 @@ func (p *partition) loadProducers() error {
 
 // saveProducers writes the snapshot; called on clean close.
 func (p *partition) saveProducers() {
+	if p.log.Err() != nil {
+		// A latched storage error: batches above the durable end may be
+		// gone after the restart (or come back from the page cache
+		// unsynced); the snapshot must not vouch for them. Open replays
+		// the headers of what actually survived instead.
+		return
+	}
 	p.mu.Lock()
 	snap := producerSnapshot{Version: 1, LogEnd: p.log.LogEndOffset(), Producers: p.producers}
 	b, err := json.Marshal(snap)

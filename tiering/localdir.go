@@ -50,7 +50,21 @@ func NewLocalDir(root string) (*LocalDir, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("tiering: local dir %q: not a directory", abs)
 	}
+	sweepTemp(abs)
 	return &LocalDir{root: abs}, nil
+}
+
+// sweepTemp removes temporary names a crash left behind (a half-written
+// Put, or a hard link made by LinkFile before its rename): nothing lists
+// them, so nothing else would ever delete them. The store is not in use
+// yet when it is opened.
+func sweepTemp(root string) {
+	filepath.WalkDir(root, func(p string, de fs.DirEntry, err error) error {
+		if err == nil && !de.IsDir() && strings.HasPrefix(de.Name(), tmpPrefix) {
+			os.Remove(p)
+		}
+		return nil
+	})
 }
 
 // Root returns the absolute directory the store lives in.
@@ -226,10 +240,19 @@ func (d *LocalDir) LinkFile(ctx context.Context, key, path string, size int64) e
 	if fi.Size() != size {
 		return fmt.Errorf("local link %q: %s has %d bytes, want %d", key, path, fi.Size(), size)
 	}
+	// The source's directory first: a sealed segment's successor must not
+	// vanish in a crash, or the sealed file would become the last segment
+	// again and take appends (and the object is the same inode).
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("local link %q: %w", key, err)
+	}
 	final := d.path(key)
 	dir := filepath.Dir(final)
 	if err := d.mkdirs(dir); err != nil {
 		return fmt.Errorf("local link %q: %w", key, err)
+	}
+	if ffi, err := os.Stat(final); err == nil && os.SameFile(fi, ffi) {
+		return syncDir(dir) // linked already (a pass whose manifest did not commit)
 	}
 	var rnd [8]byte
 	rand.Read(rnd[:])
@@ -237,8 +260,11 @@ func (d *LocalDir) LinkFile(ctx context.Context, key, path string, size int64) e
 	if err := os.Link(path, tmp); err != nil {
 		return fmt.Errorf("local link %q: %w", key, err)
 	}
-	if err := os.Rename(tmp, final); err != nil {
-		os.Remove(tmp)
+	err = os.Rename(tmp, final)
+	// Renaming a link over another link to the same inode does nothing and
+	// leaves tmp: remove it either way.
+	os.Remove(tmp)
+	if err != nil {
 		return fmt.Errorf("local link %q: %w", key, err)
 	}
 	if err := syncDir(dir); err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -445,5 +446,52 @@ func TestNoWaitSmallCacheMakesProgress(t *testing.T) {
 	}
 	if d := tier.Stats().DownloadedBytes; d > 2*tiered {
 		t.Fatalf("downloaded %d bytes to read %d: thrashing", d, tiered)
+	}
+}
+
+// TestLinkFileLeavesNoTemp: linking the same segment twice (a pass whose
+// manifest did not commit, then a retry) leaves no hidden temporary link,
+// and temporary names left by a crash are swept when the store opens.
+func TestLinkFileLeavesNoTemp(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "tier")
+	ld, err := NewLocalDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "0.log")
+	if err := os.WriteFile(src, []byte("sealed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		if err := ld.LinkFile(ctx, "t/0.log", src, 6); err != nil {
+			t.Fatal(err)
+		}
+	}
+	temps := func() []string {
+		var out []string
+		filepath.WalkDir(root, func(p string, de fs.DirEntry, err error) error {
+			if err == nil && strings.HasPrefix(de.Name(), tmpPrefix) {
+				out = append(out, p)
+			}
+			return nil
+		})
+		return out
+	}
+	if tt := temps(); len(tt) != 0 {
+		t.Fatalf("temporary links left: %v", tt)
+	}
+	// A crash between link and rename leaves one; opening sweeps it.
+	if err := os.Link(src, filepath.Join(root, "t", tmpPrefix+"crash")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewLocalDir(root); err != nil {
+		t.Fatal(err)
+	}
+	if tt := temps(); len(tt) != 0 {
+		t.Fatalf("temporary links survived the open: %v", tt)
+	}
+	if b, err := ld.GetRange(ctx, "t/0.log", 0, -1); err != nil || string(b) != "sealed" {
+		t.Fatalf("object: %q %v", b, err)
 	}
 }
