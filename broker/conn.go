@@ -32,6 +32,10 @@ type conn struct {
 	out     []byte // response buffer, reused while small
 	copyBuf []byte // for file ranges that cannot be sent with sendfile
 
+	spare       []byte // buffer of pipelined frames larger than the read buffer
+	partial     []byte // a pipelined frame still arriving (see readFrameWithin)
+	partialHave int    // bytes of partial read so far
+
 	mu     sync.Mutex
 	busy   bool // a request is being handled
 	closed bool
@@ -81,7 +85,13 @@ func (c *conn) serve() {
 	log := c.s.logger
 	for !c.s.shutting.Load() {
 		c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
-		frame, err := protocol.ReadFrame(c.br, c.frame[:0], c.s.cfg.MaxFrameSize)
+		var frame []byte
+		var err error
+		if c.partial != nil { // a pipelined frame whose rest had not arrived
+			frame, err = c.finishPartial()
+		} else {
+			frame, err = protocol.ReadFrame(c.br, c.frame[:0], c.s.cfg.MaxFrameSize)
+		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				log.Debug("closing connection", zap.Stringer("remote", c.nc.RemoteAddr()), zap.Error(err))
@@ -150,12 +160,14 @@ func (c *conn) pipelineProduce(corr int32, first *deferredProduce) error {
 	items := []item{{corr, first}}
 	var readErr error // answered requests go out before the connection closes
 	for len(items) < maxPipelined && c.nextIsProduce() {
-		frame, err := protocol.ReadFrame(c.br, c.frame[:0], c.s.cfg.MaxFrameSize)
+		frame, err := c.readFrameWithin(pipelineWait)
 		if err != nil {
 			readErr = err
 			break
 		}
-		c.frame = frame[:0]
+		if frame == nil {
+			break // its rest is late: answer what was appended, finish it after
+		}
 		resp, corr, err := c.handleFrame(frame)
 		if err != nil {
 			readErr = err
@@ -182,9 +194,8 @@ func (c *conn) pipelineProduce(corr int32, first *deferredProduce) error {
 	return readErr
 }
 
-// nextIsProduce reports whether a whole Produce request is already
-// buffered, so reading it never waits on the socket (a slow or stalled
-// client must not hold up answers to what it already sent).
+// nextIsProduce reports whether the header of a Produce request is already
+// buffered (never blocks on the socket).
 func (c *conn) nextIsProduce() bool {
 	if c.s.shutting.Load() || c.br.Buffered() < 6 {
 		return false
@@ -194,7 +205,62 @@ func (c *conn) nextIsProduce() bool {
 		return false
 	}
 	size := int64(binary.BigEndian.Uint32(h))
-	return size <= int64(c.s.cfg.MaxFrameSize) && int64(c.br.Buffered()) >= 4+size
+	return size >= 8 && size <= int64(c.s.cfg.MaxFrameSize)
+}
+
+// pipelineWait bounds how long answers to appended produce requests wait
+// for the rest of a pipelined frame that is still arriving (a 1 MiB batch
+// is larger than the read buffer, so it is never wholly buffered).
+const pipelineWait = 2 * time.Millisecond
+
+// keepSpareBelow caps the pipelined-frame buffer kept between requests.
+const keepSpareBelow = 16 << 20
+
+// readFrameWithin reads the next frame (its header is buffered) if it
+// arrives within d. If not, what arrived is kept in c.partial, nil is
+// returned, and the serve loop finishes the frame after answering (a slow
+// or stalled client never holds up answers to what it already sent).
+func (c *conn) readFrameWithin(d time.Duration) ([]byte, error) {
+	h, _ := c.br.Peek(4)
+	size := int(binary.BigEndian.Uint32(h))
+	if c.br.Buffered() >= 4+size {
+		return protocol.ReadFrame(c.br, c.frame[:0], c.s.cfg.MaxFrameSize) // no socket read
+	}
+	c.br.Discard(4)
+	buf := c.spare
+	if cap(buf) < size {
+		buf = make([]byte, size)
+	}
+	buf = buf[:size]
+	if size <= keepSpareBelow {
+		c.spare = buf
+	}
+	c.nc.SetReadDeadline(time.Now().Add(d))
+	n, err := io.ReadFull(c.br, buf)
+	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
+	var ne net.Error
+	switch {
+	case err == nil:
+		return buf, nil
+	case errors.As(err, &ne) && ne.Timeout():
+		c.partial, c.partialHave = buf, n
+		return nil, nil
+	default:
+		return nil, err
+	}
+}
+
+// finishPartial reads the rest of the frame readFrameWithin started.
+func (c *conn) finishPartial() ([]byte, error) {
+	buf, have := c.partial, c.partialHave
+	c.partial = nil
+	if _, err := io.ReadFull(c.br, buf[have:]); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return buf, nil
 }
 
 // handleFrame parses and handles one request. A nil response with a nil

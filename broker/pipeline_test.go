@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"encoding/binary"
 	"io"
 	"net"
@@ -14,13 +15,18 @@ import (
 
 // oneRecordProduce is a Produce v8 request of one record to partition 0.
 func oneRecordProduce(topic string, acks int16, v byte) *kmsg.ProduceRequest {
+	return recordProduce(topic, acks, []byte{v})
+}
+
+// recordProduce is a Produce v8 request of one record with value v.
+func recordProduce(topic string, acks int16, v []byte) *kmsg.ProduceRequest {
 	req := kmsg.NewPtrProduceRequest()
 	req.Version, req.Acks, req.TimeoutMillis = 8, acks, 5000
 	rt := kmsg.NewProduceRequestTopic()
 	rt.Topic = topic
 	rp := kmsg.NewProduceRequestTopicPartition()
 	rb := kmsg.RecordBatch{Magic: 2, ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: 1, FirstTimestamp: 1, MaxTimestamp: 1}
-	rec := kmsg.Record{Value: []byte{v}}
+	rec := kmsg.Record{Value: v}
 	rec.Length = int32(len(rec.AppendTo(nil)) - 1)
 	rb.Records = rec.AppendTo(nil)
 	rp.Records = fixCRC(rb.AppendTo(nil))
@@ -202,5 +208,58 @@ func TestAcksZeroPanicIsNotAnswered(t *testing.T) {
 		b := make([]byte, 4)
 		io.ReadFull(nc, b)
 		t.Fatalf("got an answer with correlation id %d; want the connection closed", binary.BigEndian.Uint32(b))
+	}
+}
+
+// TestPipeliningLateRestOfALargeFrame: a large produce (bigger than the read
+// buffer) whose rest arrives late does not hold up the answer to the one
+// before it, and is itself read, appended and answered once it arrives.
+func TestPipeliningLateRestOfALargeFrame(t *testing.T) {
+	ts := startServerConfig(t, Config{AutoCreateTopics: true})
+	_, adm := client(t, ts.addr)
+	if _, err := adm.CreateTopic(ctxT(t), 1, 1, nil, "pipe5"); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := net.Dial("tcp", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	f := kmsg.NewRequestFormatter(kmsg.FormatterClientID("pipe"))
+	first := f.AppendRequest(nil, oneRecordProduce("pipe5", -1, 1), 400)
+	big := f.AppendRequest(nil, recordProduce("pipe5", -1, bytes.Repeat([]byte{7}, 300<<10)), 401)
+	if _, err := nc.Write(append(first, big[:len(big)/2]...)); err != nil {
+		t.Fatal(err)
+	}
+	read := func() (int32, *kmsg.ProduceResponse) {
+		t.Helper()
+		nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var size [4]byte
+		if _, err := io.ReadFull(nc, size[:]); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, binary.BigEndian.Uint32(size[:]))
+		if _, err := io.ReadFull(nc, b); err != nil {
+			t.Fatal(err)
+		}
+		resp := kmsg.NewPtrProduceResponse()
+		resp.Version = 8
+		if err := resp.ReadFrom(b[4:]); err != nil {
+			t.Fatal(err)
+		}
+		return int32(binary.BigEndian.Uint32(b)), resp
+	}
+	if corr, resp := read(); corr != 400 || resp.Topics[0].Partitions[0].BaseOffset != 0 {
+		t.Fatalf("first answer: corr %d, %+v", corr, resp.Topics[0].Partitions[0])
+	}
+	time.Sleep(50 * time.Millisecond)
+	if _, err := nc.Write(big[len(big)/2:]); err != nil {
+		t.Fatal(err)
+	}
+	if corr, resp := read(); corr != 401 || resp.Topics[0].Partitions[0].ErrorCode != 0 || resp.Topics[0].Partitions[0].BaseOffset != 1 {
+		t.Fatalf("large request's answer: corr %d, %+v", corr, resp.Topics[0].Partitions[0])
+	}
+	if hw := ts.reg.partition(ts.reg.get("pipe5"), 0).log.HighWatermark(); hw != 2 {
+		t.Fatalf("high watermark %d, want 2", hw)
 	}
 }
