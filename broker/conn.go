@@ -210,8 +210,11 @@ func (c *conn) nextIsProduce() bool {
 
 // pipelineWait bounds how long answers to appended produce requests wait
 // for the rest of a pipelined frame that is still arriving (a 1 MiB batch
-// is larger than the read buffer, so it is never wholly buffered).
-const pipelineWait = 2 * time.Millisecond
+// is larger than the read buffer, so it is never wholly buffered). 20 ms:
+// measured against 2 ms on 1 GiB of 1 MiB batches, 700 vs 575 MB/s and
+// 0.95 vs 1.2 ms of broker CPU per MB (more batches share an fsync); still
+// nothing beside a client's request timeout.
+const pipelineWait = 20 * time.Millisecond
 
 // keepSpareBelow caps the pipelined-frame buffer kept between requests.
 const keepSpareBelow = 16 << 20
