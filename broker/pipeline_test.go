@@ -35,45 +35,79 @@ func recordProduce(topic string, acks int16, v []byte) *kmsg.ProduceRequest {
 	return req
 }
 
-// TestProducePipelining: produce requests sent back to back on one
-// connection, without waiting for answers (acks=all, acks=0 and acks=1
-// mixed, then a Metadata request), are all answered in request order with
-// contiguous offsets, the acks=0 one not at all.
-func TestProducePipelining(t *testing.T) {
+// reqFrame is req as a whole request frame with correlation id corr.
+// (kmsg's AppendRequest writes the size at dst[0], so each frame starts
+// from nil.)
+func reqFrame(req kmsg.Request, corr int32) []byte {
+	return kmsg.NewRequestFormatter(kmsg.FormatterClientID("pipe")).AppendRequest(nil, req, corr)
+}
+
+// rawConn starts a server holding topic (one partition, unless topic is
+// "") and opens a raw connection to it.
+func rawConn(t *testing.T, topic string) (*testServer, net.Conn) {
+	t.Helper()
 	ts := startServerConfig(t, Config{AutoCreateTopics: true})
-	_, adm := client(t, ts.addr)
-	if _, err := adm.CreateTopic(ctxT(t), 1, 1, nil, "pipe"); err != nil {
-		t.Fatal(err)
+	if topic != "" {
+		_, adm := client(t, ts.addr)
+		if _, err := adm.CreateTopic(ctxT(t), 1, 1, nil, topic); err != nil {
+			t.Fatal(err)
+		}
 	}
 	nc, err := net.Dial("tcp", ts.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(20 * time.Second))
-	f := kmsg.NewRequestFormatter(kmsg.FormatterClientID("pipe"))
+	t.Cleanup(func() { nc.Close() })
+	return ts, nc
+}
+
+// readAnswer reads one response frame within d: its correlation id and
+// body.
+func readAnswer(nc net.Conn, d time.Duration) (int32, []byte, error) {
+	nc.SetReadDeadline(time.Now().Add(d))
+	var size [4]byte
+	if _, err := io.ReadFull(nc, size[:]); err != nil {
+		return 0, nil, err
+	}
+	b := make([]byte, binary.BigEndian.Uint32(size[:]))
+	if _, err := io.ReadFull(nc, b); err != nil {
+		return 0, nil, err
+	}
+	return int32(binary.BigEndian.Uint32(b)), b[4:], nil
+}
+
+// readProduceAnswer reads a Produce v8 answer and returns its correlation
+// id and its one partition.
+func readProduceAnswer(t *testing.T, nc net.Conn) (int32, kmsg.ProduceResponseTopicPartition) {
+	t.Helper()
+	corr, body, err := readAnswer(nc, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := kmsg.NewPtrProduceResponse()
+	resp.Version = 8
+	if err := resp.ReadFrom(body); err != nil {
+		t.Fatal(err)
+	}
+	return corr, resp.Topics[0].Partitions[0]
+}
+
+// TestProducePipelining: produce requests sent back to back on one
+// connection, without waiting for answers (acks=all, acks=0 and acks=1
+// mixed, then a Metadata request), are all answered in request order with
+// contiguous offsets, the acks=0 one not at all.
+func TestProducePipelining(t *testing.T) {
+	ts, nc := rawConn(t, "pipe")
 	acks := []int16{-1, -1, -1, 0, -1, 1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1}
 	var out []byte
 	for i, a := range acks {
-		out = append(out, f.AppendRequest(nil, oneRecordProduce("pipe", a, byte(i)), int32(100+i))...) // AppendRequest sizes from dst[0]
+		out = append(out, reqFrame(oneRecordProduce("pipe", a, byte(i)), int32(100+i))...)
 	}
 	md := kmsg.NewPtrMetadataRequest()
 	md.Version = 1
-	out = append(out, f.AppendRequest(nil, md, 999)...)
+	out = append(out, reqFrame(md, 999)...)
 	if _, err := nc.Write(out); err != nil { // all at once: they queue behind the first
 		t.Fatal(err)
-	}
-	readResp := func() (int32, []byte) {
-		t.Helper()
-		var size [4]byte
-		if _, err := io.ReadFull(nc, size[:]); err != nil {
-			t.Fatal(err)
-		}
-		b := make([]byte, binary.BigEndian.Uint32(size[:]))
-		if _, err := io.ReadFull(nc, b); err != nil {
-			t.Fatal(err)
-		}
-		return int32(binary.BigEndian.Uint32(b)), b[4:]
 	}
 	want := int64(0)
 	for i, a := range acks {
@@ -81,23 +115,17 @@ func TestProducePipelining(t *testing.T) {
 			want++
 			continue // no answer
 		}
-		corr, body := readResp()
+		corr, p := readProduceAnswer(t, nc)
 		if corr != int32(100+i) {
 			t.Fatalf("answer %d has correlation id %d, want %d (out of order)", i, corr, 100+i)
 		}
-		resp := kmsg.NewPtrProduceResponse()
-		resp.Version = 8
-		if err := resp.ReadFrom(body); err != nil {
-			t.Fatal(err)
-		}
-		p := resp.Topics[0].Partitions[0]
 		if p.ErrorCode != 0 || p.BaseOffset != want {
 			t.Fatalf("request %d: error %d offset %d, want offset %d", i, p.ErrorCode, p.BaseOffset, want)
 		}
 		want++
 	}
-	if corr, _ := readResp(); corr != 999 {
-		t.Fatalf("metadata answered with correlation id %d", corr)
+	if corr, _, err := readAnswer(nc, 5*time.Second); err != nil || corr != 999 {
+		t.Fatalf("metadata answered with correlation id %d (%v)", corr, err)
 	}
 	if ts.pipelined.Load() == 0 {
 		t.Fatal("no produce request was appended behind another: nothing pipelined")
@@ -111,21 +139,10 @@ func TestProducePipelining(t *testing.T) {
 // TestProducePipeliningBadFrameAfter: a malformed request queued behind
 // produce requests closes the connection only after they are answered.
 func TestProducePipeliningBadFrameAfter(t *testing.T) {
-	ts := startServerConfig(t, Config{AutoCreateTopics: true})
-	_, adm := client(t, ts.addr)
-	if _, err := adm.CreateTopic(ctxT(t), 1, 1, nil, "pipe2"); err != nil {
-		t.Fatal(err)
-	}
-	nc, err := net.Dial("tcp", ts.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(20 * time.Second))
-	f := kmsg.NewRequestFormatter(kmsg.FormatterClientID("pipe"))
+	_, nc := rawConn(t, "pipe2")
 	var out []byte
 	for i := 0; i < 3; i++ {
-		out = append(out, f.AppendRequest(nil, oneRecordProduce("pipe2", -1, byte(i)), int32(200+i))...)
+		out = append(out, reqFrame(oneRecordProduce("pipe2", -1, byte(i)), int32(200+i))...)
 	}
 	// A produce header (key 0, v8) with a body that does not decode.
 	bad := []byte{0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 1, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
@@ -135,15 +152,11 @@ func TestProducePipeliningBadFrameAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
-		var size [4]byte
-		if _, err := io.ReadFull(nc, size[:]); err != nil {
+		corr, _, err := readAnswer(nc, 20*time.Second)
+		if err != nil {
 			t.Fatalf("answer %d: %v", i, err)
 		}
-		b := make([]byte, binary.BigEndian.Uint32(size[:]))
-		if _, err := io.ReadFull(nc, b); err != nil {
-			t.Fatal(err)
-		}
-		if corr := int32(binary.BigEndian.Uint32(b)); corr != int32(200+i) {
+		if corr != int32(200+i) {
 			t.Fatalf("answer %d has correlation id %d", i, corr)
 		}
 	}
@@ -156,25 +169,13 @@ func TestProducePipeliningBadFrameAfter(t *testing.T) {
 // only the start of another request is answered at once; the broker does
 // not wait for the rest before fsyncing and answering the first.
 func TestPipeliningNeverWaitsForAPartialFrame(t *testing.T) {
-	ts := startServerConfig(t, Config{AutoCreateTopics: true})
-	_, adm := client(t, ts.addr)
-	if _, err := adm.CreateTopic(ctxT(t), 1, 1, nil, "pipe3"); err != nil {
-		t.Fatal(err)
-	}
-	nc, err := net.Dial("tcp", ts.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	f := kmsg.NewRequestFormatter(kmsg.FormatterClientID("pipe"))
-	out := f.AppendRequest(nil, oneRecordProduce("pipe3", -1, 1), 300)
-	next := f.AppendRequest(nil, oneRecordProduce("pipe3", -1, 2), 301)
+	_, nc := rawConn(t, "pipe3")
+	out := reqFrame(oneRecordProduce("pipe3", -1, 1), 300)
+	next := reqFrame(oneRecordProduce("pipe3", -1, 2), 301)
 	if _, err := nc.Write(append(out, next[:10]...)); err != nil {
 		t.Fatal(err)
 	}
-	nc.SetReadDeadline(time.Now().Add(2 * time.Second))
-	var size [4]byte
-	if _, err := io.ReadFull(nc, size[:]); err != nil {
+	if _, _, err := readAnswer(nc, 2*time.Second); err != nil {
 		t.Fatalf("the first produce was not answered while the second was incomplete: %v", err)
 	}
 }
@@ -183,31 +184,21 @@ func TestPipeliningNeverWaitsForAPartialFrame(t *testing.T) {
 // (none is expected; the connection closes instead of sending one the
 // client would take for its next request's).
 func TestAcksZeroPanicIsNotAnswered(t *testing.T) {
-	ts := startServerConfig(t, Config{AutoCreateTopics: true})
+	ts, nc := rawConn(t, "")
 	hook := func(req *protocol.Request) {
 		if req.Key == 0 {
 			panic("injected")
 		}
 	}
 	ts.beforeHandle.Store(&hook)
-	nc, err := net.Dial("tcp", ts.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	f := kmsg.NewRequestFormatter(kmsg.FormatterClientID("pipe"))
 	md := kmsg.NewPtrMetadataRequest()
 	md.Version = 1
-	out := append(f.AppendRequest(nil, oneRecordProduce("pipe4", 0, 1), 1), f.AppendRequest(nil, md, 2)...)
+	out := append(reqFrame(oneRecordProduce("pipe4", 0, 1), 1), reqFrame(md, 2)...)
 	if _, err := nc.Write(out); err != nil {
 		t.Fatal(err)
 	}
-	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-	var size [4]byte
-	if _, err := io.ReadFull(nc, size[:]); err == nil {
-		b := make([]byte, 4)
-		io.ReadFull(nc, b)
-		t.Fatalf("got an answer with correlation id %d; want the connection closed", binary.BigEndian.Uint32(b))
+	if corr, _, err := readAnswer(nc, 5*time.Second); err == nil {
+		t.Fatalf("got an answer with correlation id %d; want the connection closed", corr)
 	}
 }
 
@@ -215,49 +206,21 @@ func TestAcksZeroPanicIsNotAnswered(t *testing.T) {
 // buffer) whose rest arrives late does not hold up the answer to the one
 // before it, and is itself read, appended and answered once it arrives.
 func TestPipeliningLateRestOfALargeFrame(t *testing.T) {
-	ts := startServerConfig(t, Config{AutoCreateTopics: true})
-	_, adm := client(t, ts.addr)
-	if _, err := adm.CreateTopic(ctxT(t), 1, 1, nil, "pipe5"); err != nil {
-		t.Fatal(err)
-	}
-	nc, err := net.Dial("tcp", ts.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	f := kmsg.NewRequestFormatter(kmsg.FormatterClientID("pipe"))
-	first := f.AppendRequest(nil, oneRecordProduce("pipe5", -1, 1), 400)
-	big := f.AppendRequest(nil, recordProduce("pipe5", -1, bytes.Repeat([]byte{7}, 300<<10)), 401)
+	ts, nc := rawConn(t, "pipe5")
+	first := reqFrame(oneRecordProduce("pipe5", -1, 1), 400)
+	big := reqFrame(recordProduce("pipe5", -1, bytes.Repeat([]byte{7}, 300<<10)), 401)
 	if _, err := nc.Write(append(first, big[:len(big)/2]...)); err != nil {
 		t.Fatal(err)
 	}
-	read := func() (int32, *kmsg.ProduceResponse) {
-		t.Helper()
-		nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-		var size [4]byte
-		if _, err := io.ReadFull(nc, size[:]); err != nil {
-			t.Fatal(err)
-		}
-		b := make([]byte, binary.BigEndian.Uint32(size[:]))
-		if _, err := io.ReadFull(nc, b); err != nil {
-			t.Fatal(err)
-		}
-		resp := kmsg.NewPtrProduceResponse()
-		resp.Version = 8
-		if err := resp.ReadFrom(b[4:]); err != nil {
-			t.Fatal(err)
-		}
-		return int32(binary.BigEndian.Uint32(b)), resp
-	}
-	if corr, resp := read(); corr != 400 || resp.Topics[0].Partitions[0].BaseOffset != 0 {
-		t.Fatalf("first answer: corr %d, %+v", corr, resp.Topics[0].Partitions[0])
+	if corr, p := readProduceAnswer(t, nc); corr != 400 || p.BaseOffset != 0 {
+		t.Fatalf("first answer: corr %d, %+v", corr, p)
 	}
 	time.Sleep(50 * time.Millisecond)
 	if _, err := nc.Write(big[len(big)/2:]); err != nil {
 		t.Fatal(err)
 	}
-	if corr, resp := read(); corr != 401 || resp.Topics[0].Partitions[0].ErrorCode != 0 || resp.Topics[0].Partitions[0].BaseOffset != 1 {
-		t.Fatalf("large request's answer: corr %d, %+v", corr, resp.Topics[0].Partitions[0])
+	if corr, p := readProduceAnswer(t, nc); corr != 401 || p.ErrorCode != 0 || p.BaseOffset != 1 {
+		t.Fatalf("large request's answer: corr %d, %+v", corr, p)
 	}
 	if hw := ts.reg.partition(ts.reg.get("pipe5"), 0).log.HighWatermark(); hw != 2 {
 		t.Fatalf("high watermark %d, want 2", hw)
