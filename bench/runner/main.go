@@ -252,22 +252,41 @@ func msPerMB(cpu time.Duration, bytes int64) float64 {
 	return float64(cpu.Microseconds()) / 1e3 / (float64(bytes) / 1e6)
 }
 
-// fullSlot: a fresh broker runs every workload, then is killed and
-// restarted on its data (>= 1 GiB by then) for the crash start-up time.
-func (r *runner) fullSlot(t target) error {
+// fresh starts t on a new temporary data directory and a free port; the
+// caller removes b.dir when done.
+func fresh(t target) (*broker, time.Duration, error) {
 	dir, err := os.MkdirTemp("", "synapse-bench-"+t.name+"-")
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
-	defer os.RemoveAll(dir)
 	addr, err := freeAddr()
 	if err != nil {
-		return err
+		os.RemoveAll(dir)
+		return nil, 0, err
 	}
 	b, ready, err := start(t, addr, dir)
 	if err != nil {
+		os.RemoveAll(dir)
+		return nil, 0, err
+	}
+	return b, ready, nil
+}
+
+// done stops b and removes its data directory.
+func (b *broker) done() {
+	b.stop()
+	os.RemoveAll(b.dir)
+}
+
+// fullSlot: a fresh broker runs every workload, then is killed and
+// restarted on its data (>= 1 GiB by then) for the crash start-up time.
+func (r *runner) fullSlot(t target) error {
+	b, ready, err := fresh(t)
+	if err != nil {
 		return err
 	}
+	addr, dir := b.addr, b.dir
+	defer os.RemoveAll(dir)
 	defer func() {
 		if b != nil {
 			b.stop()
@@ -329,20 +348,11 @@ func (r *runner) fullSlot(t target) error {
 // syncSlot: P1 (a quarter of the records) and E1 against a broker that
 // fsyncs every batch, for D1.
 func (r *runner) syncSlot(t target) error {
-	dir, err := os.MkdirTemp("", "synapse-bench-"+t.name+"-")
+	b, _, err := fresh(t)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	addr, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	b, _, err := start(t, addr, dir)
-	if err != nil {
-		return err
-	}
-	defer b.stop()
+	defer b.done()
 	res, _, err := r.client(b, "produce", "--topic", "p1", "--records", strconv.FormatInt(r.o.p1Records/4, 10), "--record-size", "1024")
 	if err != nil {
 		return err
@@ -359,15 +369,11 @@ func (r *runner) syncSlot(t target) error {
 // blackholeSlot: P1 against a broker that stores nothing: this machine's
 // produce ceiling with this client.
 func (r *runner) blackholeSlot(t target) error {
-	addr, err := freeAddr()
+	b, _, err := fresh(t) // the directory stays unused: nothing is stored
 	if err != nil {
 		return err
 	}
-	b, _, err := start(t, addr, "")
-	if err != nil {
-		return err
-	}
-	defer b.stop()
+	defer b.done()
 	res, _, err := r.client(b, "produce", "--topic", "p1", "--records", strconv.FormatInt(r.o.p1Records, 10), "--record-size", "1024")
 	if err != nil {
 		return err
