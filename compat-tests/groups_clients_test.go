@@ -179,15 +179,7 @@ func kafkaGoGroupRun(t *testing.T, ctx context.Context, f *groupFixture, until, 
 	// kafka-go commits a message's offset + 1: keep the message just
 	// before each commit offset.
 	toCommit := make(map[int32]kafka.Message)
-	reached := func() bool {
-		for p, u := range until {
-			if next[p] < u {
-				return false
-			}
-		}
-		return true
-	}
-	for !reached() {
+	for !reachedAll(next, until) {
 		m, err := r.FetchMessage(ctx)
 		if err != nil {
 			t.Fatalf("kafka-go group member: read up to %s of %s: %v", fmtOffsets(next), fmtOffsets(until), err)

@@ -47,15 +47,7 @@ func confluentGroupRun(t *testing.T, ctx context.Context, f *groupFixture, until
 	}
 	var got []groupRec
 	next := make(map[int32]int64)
-	reached := func() bool {
-		for p, u := range until {
-			if next[p] < u {
-				return false
-			}
-		}
-		return true
-	}
-	for !reached() {
+	for !reachedAll(next, until) {
 		if err := ctx.Err(); err != nil {
 			t.Fatalf("confluent group member: read up to %s of %s: %v", fmtOffsets(next), fmtOffsets(until), err)
 		}

@@ -493,21 +493,24 @@ func newKgoMember(t testing.TB, f *groupFixture, opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
+// reachedAll reports whether next[p] (the offset after the last record
+// read) has reached until[p] for every partition p.
+func reachedAll(next, until map[int32]int64) bool {
+	for p, u := range until {
+		if next[p] < u {
+			return false
+		}
+	}
+	return true
+}
+
 // pollGroupKgo polls until cl has read the record just before until[p] of
 // every partition p.
 func pollGroupKgo(t testing.TB, ctx context.Context, cl *kgo.Client, until map[int32]int64) []groupRec {
 	t.Helper()
 	var got []groupRec
 	next := make(map[int32]int64)
-	reached := func() bool {
-		for p, u := range until {
-			if next[p] < u {
-				return false
-			}
-		}
-		return true
-	}
-	for !reached() {
+	for !reachedAll(next, until) {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
 			t.Fatalf("franz-go group member: read up to %s of %s: %v", fmtOffsets(next), fmtOffsets(until), err)
