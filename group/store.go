@@ -91,6 +91,7 @@ var crc32c = crc32.MakeTable(crc32.Castagnoli)
 // encodeBatch builds one uncompressed v2 record batch of recs.
 func encodeBatch(recs []record, now time.Time) []byte {
 	var body []byte
+	var scratch []byte
 	for i, r := range recs {
 		k, _ := json.Marshal(r.key)
 		rec := kmsg.Record{
@@ -98,11 +99,13 @@ func encodeBatch(recs []record, now time.Time) []byte {
 			Key:         k,
 			Value:       r.value,
 		}
-		// Length is the size of the rest of the record: encode once to
-		// measure it.
-		tmp := rec.AppendTo(nil)
-		rec.Length = int32(len(tmp) - varintLen(0))
-		body = rec.AppendTo(body)
+		// Length (a varint) is the size of the rest of the record: encode
+		// with a zero length (one byte), then write the real length in its
+		// place.
+		enc := rec.AppendTo(scratch[:0])
+		body = binary.AppendVarint(body, int64(len(enc)-1))
+		body = append(body, enc[1:]...)
+		scratch = enc
 	}
 	ms := now.UnixMilli()
 	b := kmsg.RecordBatch{
