@@ -230,15 +230,11 @@ func (o *clientBenchOptions) ensureTopic(ctx context.Context) error {
 // payloadSource builds record values: random bytes, or text that
 // compresses like log lines.
 func payloadSource(kind string, size int) (func() []byte, error) {
+	var buf []byte
 	switch kind {
 	case "random":
-		buf := make([]byte, 1<<20+size)
+		buf = make([]byte, 1<<20+size)
 		rand.Read(buf)
-		var off atomic.Int64
-		return func() []byte {
-			i := int(off.Add(int64(size)*7+13) % int64(len(buf)-size))
-			return buf[i : i+size]
-		}, nil
 	case "text":
 		words := strings.Fields("the quick broker appends a record batch to the partition log and fsyncs it with group commit " +
 			"then answers the producer while a consumer fetches the tail of the log over loopback at offset")
@@ -247,14 +243,15 @@ func payloadSource(kind string, size int) (func() []byte, error) {
 		for text.Len() < 1<<20+size {
 			fmt.Fprintf(&text, "%d level=info msg=%q id=%d\n", 1700000000000+r.IntN(1e6), words[r.IntN(len(words))]+" "+words[r.IntN(len(words))], r.IntN(1e9))
 		}
-		buf := []byte(text.String())
-		var off atomic.Int64
-		return func() []byte {
-			i := int(off.Add(int64(size)*7+13) % int64(len(buf)-size))
-			return buf[i : i+size]
-		}, nil
+		buf = []byte(text.String())
+	default:
+		return nil, fmt.Errorf("--payload %q: random or text", kind)
 	}
-	return nil, fmt.Errorf("--payload %q: random or text", kind)
+	var off atomic.Int64
+	return func() []byte {
+		i := int(off.Add(int64(size)*7+13) % int64(len(buf)-size))
+		return buf[i : i+size]
+	}, nil
 }
 
 // progressLine prints records/s every interval until stop is closed.
