@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +17,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/synapsebroker/synapse/tiering"
 )
@@ -25,7 +31,10 @@ func BenchmarkColdCatchUp(b *testing.B) {
 	vgw := tiering.RunVersitygw(b)
 	store := vgw.Store(vgw.Bucket(), "bench")
 	bin := synapseBin(b)
-	const total = 96 << 20
+	total := 96 << 20
+	if os.Getenv("PROF_COLD") != "" {
+		total = 1 << 30
+	}
 	br := startSynapseProc(b, bin, vgw, "bench")
 	cl := kclientTB(b, br.addr, kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerBatchMaxBytes(1<<20))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -77,6 +86,17 @@ func BenchmarkColdCatchUp(b *testing.B) {
 			kgo.FetchMaxBytes(32<<20), kgo.FetchMaxPartitionBytes(32<<20))
 		start = time.Now()
 		cpu0 := procCPU(br2.cmd.Process.Pid)
+		if d := os.Getenv("PROF_COLD"); d != "" {
+			go func() {
+				resp, err := http.Get("http://" + br2.http + "/debug/pprof/profile?seconds=2")
+				if err == nil {
+					f, _ := os.Create(d)
+					io.Copy(f, resp.Body)
+					f.Close()
+					resp.Body.Close()
+				}
+			}()
+		}
 		var got int64
 		for got < plainBytes*9/10 {
 			fs := cons.PollFetches(ctx)
@@ -88,6 +108,16 @@ func BenchmarkColdCatchUp(b *testing.B) {
 		cold := float64(got) / 1e6 / time.Since(start).Seconds()
 		coldCPU := float64((procCPU(br2.cmd.Process.Pid) - cpu0).Microseconds()) / 1e3 / (float64(got) / 1e6)
 		cons.Close()
+		br2.stop(b)
+		br2 = startSynapseProc(b, bin, vgw, "bench")
+		start = time.Now()
+		rawGot := rawFetchAll(b, ctx, br2.addr, "tiered")
+		rawCold := float64(rawGot) / 1e6 / time.Since(start).Seconds()
+		start = time.Now()
+		rawGot = rawFetchAll(b, ctx, br2.addr, "tiered")
+		rawWarm := float64(rawGot) / 1e6 / time.Since(start).Seconds()
+		b.ReportMetric(rawCold, "raw-cold-MB/s")
+		b.ReportMetric(rawWarm, "raw-cached-MB/s")
 		// The same read again, from the broker's chunk cache: the ceiling
 		// of this client and broker on this machine without the bucket.
 		cons = kclientTB(b, br2.addr, kgo.ConsumeTopics("tiered"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -111,10 +141,14 @@ func BenchmarkColdCatchUp(b *testing.B) {
 	}
 }
 
-// BenchmarkUploadKeepsUp produces at full speed into small segments while
-// the uploader runs, and reports produce MB/s, the uploader's MB/s over the
-// same data (until the lag is zero) and their ratio (goal: >= 1, the
-// uploader keeps up).
+// BenchmarkUploadKeepsUp produces 512 MiB at full speed into 8 MiB
+// segments of 4 partitions while the uploader runs. It samples the upload
+// lag (sealed bytes not yet in the bucket) every 25 ms and reports produce
+// MB/s, the uploader's MB/s (until the lag is zero), the ratio of the time
+// to produce over the time until every sealed byte was uploaded (goal >= 1:
+// the uploader keeps up), the largest lag seen, the mean lag in the first and last
+// thirds of the run (keeping up: the lag does not grow) and how long the
+// last segments took to drain after the producer stopped.
 func BenchmarkUploadKeepsUp(b *testing.B) {
 	vgw := tiering.RunVersitygw(b)
 	bin := synapseBin(b)
@@ -146,10 +180,37 @@ func BenchmarkUploadKeepsUp(b *testing.B) {
 		if _, err := kadm.NewClient(cl).CreateTopic(ctx, 4, 1, cfg, "tiered"); err != nil {
 			b.Fatal(err)
 		}
-		const total = 128 << 20
+		const total = 512 << 20
 		v := make([]byte, 4<<10)
 		rand.Read(v)
 		start := time.Now()
+		if d := os.Getenv("PROF_UPLOAD"); d != "" {
+			go func() {
+				resp, err := http.Get("http://" + br.http + "/debug/pprof/profile?seconds=1")
+				if err == nil {
+					f, _ := os.Create(d)
+					io.Copy(f, resp.Body)
+					f.Close()
+					resp.Body.Close()
+				}
+			}()
+		}
+		produced := make(chan struct{})
+		lags := make(chan []int64, 1)
+		go func() { // the lag while producing
+			var ls []int64
+			defer func() { lags <- ls }()
+			for {
+				select {
+				case <-produced:
+					return
+				case <-time.After(25 * time.Millisecond):
+				}
+				if st, err := br.tryStatus(); err == nil {
+					ls = append(ls, st.Tier.LagBytes)
+				}
+			}
+		}()
 		for n := 0; n < total; n += len(v) {
 			cl.Produce(ctx, &kgo.Record{Topic: "tiered", Value: v}, func(_ *kgo.Record, err error) {
 				if err != nil {
@@ -160,7 +221,9 @@ func BenchmarkUploadKeepsUp(b *testing.B) {
 		if err := cl.Flush(ctx); err != nil {
 			b.Fatal(err)
 		}
-		produced := time.Since(start)
+		produceTime := time.Since(start)
+		close(produced)
+		ls := <-lags
 		// Sealed segments all uploaded: what remains local is the active ones.
 		var st procTierStatus
 		for {
@@ -171,16 +234,34 @@ func BenchmarkUploadKeepsUp(b *testing.B) {
 			if ctx.Err() != nil {
 				b.Fatal("uploads never caught up")
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond)
 		}
 		uploadedBy := time.Since(start)
 		cancel()
-		prodMBs := float64(total) / 1e6 / produced.Seconds()
+		if len(ls) < 6 {
+			b.Fatalf("only %d lag samples", len(ls))
+		}
+		mean := func(xs []int64) float64 {
+			var t int64
+			for _, x := range xs {
+				t += x
+			}
+			return float64(t) / float64(len(xs)) / (1 << 20)
+		}
+		third := len(ls) / 3
+		prodMBs := float64(total) / 1e6 / produceTime.Seconds()
 		upMBs := float64(st.Tier.UploadedBytes) / 1e6 / uploadedBy.Seconds()
 		b.ReportMetric(prodMBs, "produce-MB/s")
 		b.ReportMetric(upMBs, "upload-MB/s")
 		b.ReportMetric(plainPut, "plain-PutObject-MB/s")
-		b.ReportMetric(upMBs/prodMBs, "ratio")
+		// Every sealed byte was produced within produceTime and is in the
+		// bucket by uploadedBy: the uploader's rate over the producer's for
+		// the same data is at least their inverse ratio.
+		b.ReportMetric(produceTime.Seconds()/uploadedBy.Seconds(), "ratio")
+		b.ReportMetric(float64(slices.Max(ls))/(1<<20), "max-lag-MiB")
+		b.ReportMetric(mean(ls[:third]), "lag-first-third-MiB")
+		b.ReportMetric(mean(ls[len(ls)-third:]), "lag-last-third-MiB")
+		b.ReportMetric(float64((uploadedBy - produceTime).Milliseconds()), "drain-ms")
 		cl.Close()
 		br.stop(b)
 	}
@@ -277,5 +358,45 @@ func BenchmarkTailLatencyUnderColdLoad(b *testing.B) {
 		b.ReportMetric(float64(loaded.Microseconds())/1000, "p99-cold-load-ms")
 		b.ReportMetric(float64(hot.Microseconds())/1000, "p99-local-load-ms")
 		b.ReportMetric(float64(loaded)/float64(quiet), "ratio")
+	}
+}
+
+// rawFetchAll reads partition 0 of topic from offset 0 to its high
+// watermark with plain Fetch requests, one in flight, and returns the bytes
+// of record batches received: like the GetObject loop, it moves stored
+// bytes without decoding records.
+func rawFetchAll(tb testing.TB, ctx context.Context, addr, topic string) int64 {
+	cl := kclientTB(tb, addr, kgo.MaxVersions(kversion.V2_8_0()))
+	defer cl.Close()
+	var got, offset int64
+	for {
+		req := kmsg.NewPtrFetchRequest()
+		req.ReplicaID, req.MaxWaitMillis, req.MaxBytes = -1, 500, 32<<20
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic = topic
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.FetchOffset, rp.PartitionMaxBytes = offset, 32<<20
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		p := &resp.Topics[0].Partitions[0]
+		if p.ErrorCode != 0 {
+			tb.Fatalf("fetch at %d: error %d", offset, p.ErrorCode)
+		}
+		for bs := p.RecordBatches; len(bs) >= 61; {
+			n := 12 + int(int32(binary.BigEndian.Uint32(bs[8:])))
+			if n > len(bs) {
+				break
+			}
+			offset = int64(binary.BigEndian.Uint64(bs)) + int64(int32(binary.BigEndian.Uint32(bs[23:]))) + 1
+			got += int64(n)
+			bs = bs[n:]
+		}
+		if offset >= p.HighWatermark {
+			return got
+		}
 	}
 }

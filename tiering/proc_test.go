@@ -107,21 +107,29 @@ type procTierStatus struct {
 		UploadedBytes    int64 `json:"UploadedBytes"`
 		UploadedSegments int64 `json:"UploadedSegments"`
 		LagSegments      int64 `json:"lag_segments"`
+		LagBytes         int64 `json:"lag_bytes"`
 	} `json:"tier"`
 }
 
 func (b *procBroker) status(tb testing.TB) procTierStatus {
 	tb.Helper()
-	resp, err := http.Get("http://" + b.http + "/status")
+	st, err := b.tryStatus()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var st procTierStatus
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		tb.Fatal(err)
-	}
 	return st
+}
+
+// tryStatus is status for goroutines other than the test's.
+func (b *procBroker) tryStatus() (procTierStatus, error) {
+	var st procTierStatus
+	resp, err := http.Get("http://" + b.http + "/status")
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	return st, err
 }
 
 // procCPU is a process's user+system CPU time so far (from /proc).

@@ -3,8 +3,11 @@ package tiering
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -264,24 +268,62 @@ func (s *S3) put(ctx context.Context, op, key string, r io.Reader, size int64) e
 	if size > s.partSize {
 		return s.putMultipart(ctx, op, key, r, size, ifNoneMatch)
 	}
-	// The body is buffered so the SDK can sign it and compute its checksum
-	// up front (a plain io.Reader cannot be rewound).
-	buf, err := readBody(r, size)
-	if err != nil {
-		return fmt.Errorf("s3 %s %q: %w", op, key, err)
+	// The body is buffered (in a pooled buffer) so it can be re-sent by the
+	// SDK's retries and written to the socket in one call, and it carries
+	// our CRC-32C, which the server verifies: the SDK then hashes nothing
+	// (its own default, a CRC32 pass plus a SHA-256 one, was the uploader's
+	// main CPU cost).
+	bp := getBodyBuf(size)
+	buf := (*bp)[:size]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		putBodyBuf(bp)
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("s3 %s %q: read body (%d bytes): %w", op, key, size, err)
 	}
-	_, err = s.client.PutObject(ctx, &s3.PutObjectInput{
-		Bucket:        aws.String(s.bucket),
-		Key:           aws.String(s.prefix + key),
-		Body:          bytes.NewReader(buf),
-		ContentLength: aws.Int64(size),
-		IfNoneMatch:   ifNoneMatch,
+	_, err := s.client.PutObject(ctx, &s3.PutObjectInput{
+		Bucket:         aws.String(s.bucket),
+		Key:            aws.String(s.prefix + key),
+		Body:           bytes.NewReader(buf),
+		ContentLength:  aws.Int64(size),
+		IfNoneMatch:    ifNoneMatch,
+		ChecksumCRC32C: crc32cHeader(buf, r),
 	}, unsignedPayload)
 	if err != nil {
+		// Not recycled: after a failure the transport may still be
+		// sending the body from another goroutine.
 		return s.s3Err(op, key, err)
 	}
+	putBodyBuf(bp)
 	return nil
 }
+
+// crc32cHeader is the base64 of a body's big-endian CRC-32C, as S3's
+// x-amz-checksum-crc32c carries it: the one the uploader already computed
+// if r is its crc32cBody, else computed from b.
+func crc32cHeader(b []byte, r io.Reader) *string {
+	var sum [4]byte
+	if cb, ok := r.(*crc32cBody); ok {
+		binary.BigEndian.PutUint32(sum[:], cb.sum)
+	} else {
+		binary.BigEndian.PutUint32(sum[:], crc32.Checksum(b, castagnoli))
+	}
+	return aws.String(base64.StdEncoding.EncodeToString(sum[:]))
+}
+
+// bodyBufs recycles upload body buffers (up to the part size each).
+var bodyBufs sync.Pool
+
+func getBodyBuf(n int64) *[]byte {
+	if bp, ok := bodyBufs.Get().(*[]byte); ok && int64(cap(*bp)) >= n {
+		return bp
+	}
+	b := make([]byte, n)
+	return &b
+}
+
+func putBodyBuf(bp *[]byte) { bodyBufs.Put(bp) }
 
 func (s *S3) putMultipart(ctx context.Context, op, key string, r io.Reader, size int64, ifNoneMatch *string) (err error) {
 	partSize := s.partSize
@@ -292,7 +334,7 @@ func (s *S3) putMultipart(ctx context.Context, op, key string, r io.Reader, size
 	cr, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{
 		Bucket:            aws.String(s.bucket),
 		Key:               full,
-		ChecksumAlgorithm: types.ChecksumAlgorithmCrc32,
+		ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c,
 	})
 	if err != nil {
 		return s.s3Err(op+" (create multipart)", key, err)
@@ -311,7 +353,14 @@ func (s *S3) putMultipart(ctx context.Context, op, key string, r io.Reader, size
 			UploadId: uploadID,
 		})
 	}()
-	buf := make([]byte, partSize)
+	bp := getBodyBuf(partSize)
+	buf := (*bp)[:partSize]
+	recycle := true // false once a part failed: its body may still be in use
+	defer func() {
+		if recycle {
+			putBodyBuf(bp)
+		}
+	}()
 	var parts []types.CompletedPart
 	for off, num := int64(0), int32(1); off < size; off, num = off+partSize, num+1 {
 		n := min(partSize, size-off)
@@ -322,21 +371,22 @@ func (s *S3) putMultipart(ctx context.Context, op, key string, r io.Reader, size
 			return fmt.Errorf("s3 %s %q: read body at %d of %d: %w", op, key, off, size, err)
 		}
 		up, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
-			Bucket:            aws.String(s.bucket),
-			Key:               full,
-			UploadId:          uploadID,
-			PartNumber:        aws.Int32(num),
-			Body:              bytes.NewReader(buf[:n]),
-			ContentLength:     aws.Int64(n),
-			ChecksumAlgorithm: types.ChecksumAlgorithmCrc32,
+			Bucket:         aws.String(s.bucket),
+			Key:            full,
+			UploadId:       uploadID,
+			PartNumber:     aws.Int32(num),
+			Body:           bytes.NewReader(buf[:n]),
+			ContentLength:  aws.Int64(n),
+			ChecksumCRC32C: crc32cHeader(buf[:n], nil),
 		}, unsignedPayload)
 		if err != nil {
+			recycle = false
 			return s.s3Err(fmt.Sprintf("%s (part %d)", op, num), key, err)
 		}
 		parts = append(parts, types.CompletedPart{
-			ETag:          up.ETag,
-			PartNumber:    aws.Int32(num),
-			ChecksumCRC32: up.ChecksumCRC32,
+			ETag:           up.ETag,
+			PartNumber:     aws.Int32(num),
+			ChecksumCRC32C: up.ChecksumCRC32C,
 		})
 	}
 	_, err = s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{

@@ -213,7 +213,11 @@ func (t *Tier) uploadSegment(ctx context.Context, pk PartitionKey, lp *log.Parti
 				continue
 			}
 		}
-		err = t.store.Put(ctx, key, io.NewSectionReader(file, 0, size), size)
+		var body io.Reader = io.NewSectionReader(file, 0, size)
+		if f.main {
+			body = &crc32cBody{body.(*io.SectionReader), meta.CRC32C}
+		}
+		err = t.store.Put(ctx, key, body, size)
 		file.Close()
 		if err != nil {
 			return meta, fmt.Errorf("tiering: upload %s%s: %w", pk.segmentKey(seg.Base, ""), f.ext, err)
@@ -221,6 +225,14 @@ func (t *Tier) uploadSegment(ctx context.Context, pk PartitionKey, lp *log.Parti
 		t.uploadedBytes.Add(size)
 	}
 	return meta, nil
+}
+
+// crc32cBody is an upload body whose CRC-32C is already known (the
+// segment's checksum pass): a store that sends checksums with objects (S3)
+// uses it instead of computing it again. It stays seekable for retries.
+type crc32cBody struct {
+	*io.SectionReader
+	sum uint32
 }
 
 // ReleaseLocal deletes local copies of uploaded segments that fall outside
