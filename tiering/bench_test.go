@@ -86,17 +86,7 @@ func BenchmarkColdCatchUp(b *testing.B) {
 			kgo.FetchMaxBytes(32<<20), kgo.FetchMaxPartitionBytes(32<<20))
 		start = time.Now()
 		cpu0 := procCPU(br2.cmd.Process.Pid)
-		if d := os.Getenv("PROF_COLD"); d != "" {
-			go func() {
-				resp, err := http.Get("http://" + br2.http + "/debug/pprof/profile?seconds=2")
-				if err == nil {
-					f, _ := os.Create(d)
-					io.Copy(f, resp.Body)
-					f.Close()
-					resp.Body.Close()
-				}
-			}()
-		}
+		profileBroker(br2, "PROF_COLD", 2)
 		var got int64
 		for got < plainBytes*9/10 {
 			fs := cons.PollFetches(ctx)
@@ -184,17 +174,7 @@ func BenchmarkUploadKeepsUp(b *testing.B) {
 		v := make([]byte, 4<<10)
 		rand.Read(v)
 		start := time.Now()
-		if d := os.Getenv("PROF_UPLOAD"); d != "" {
-			go func() {
-				resp, err := http.Get("http://" + br.http + "/debug/pprof/profile?seconds=1")
-				if err == nil {
-					f, _ := os.Create(d)
-					io.Copy(f, resp.Body)
-					f.Close()
-					resp.Body.Close()
-				}
-			}()
-		}
+		profileBroker(br, "PROF_UPLOAD", 1)
 		produced := make(chan struct{})
 		lags := make(chan []int64, 1)
 		go func() { // the lag while producing
@@ -399,4 +379,25 @@ func rawFetchAll(tb testing.TB, ctx context.Context, addr, topic string) int64 {
 			return got
 		}
 	}
+}
+
+// profileBroker saves a CPU profile of the broker's next seconds to the
+// file named by environment variable env, if set (for looking into a
+// benchmark: PROF_COLD=/tmp/cold.prof go test -bench ColdCatchUp ...).
+func profileBroker(br *procBroker, env string, seconds int) {
+	path := os.Getenv(env)
+	if path == "" {
+		return
+	}
+	go func() {
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", br.http, seconds))
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		if f, err := os.Create(path); err == nil {
+			io.Copy(f, resp.Body)
+			f.Close()
+		}
+	}()
 }
