@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/synapsebroker/synapse/log"
+	"github.com/synapsebroker/synapse/tiering"
 )
 
 // Fetch: v4-17
@@ -82,7 +83,7 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-c
 		st := kmsg.NewFetchResponseTopic()
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
 		reads := make([]*log.ReadResult, 0, len(rt.Partitions))
-		cold := make([][]byte, len(rt.Partitions))
+		cold := make([]*tiering.ColdRead, len(rt.Partitions))
 		var t *topic
 		code := int16(0)
 		if req.Version >= 13 {
@@ -121,7 +122,7 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-c
 			}
 			if errors.Is(err, log.ErrNotLocal) && s.cfg.Tier != nil && (budget > 0 || total == 0) {
 				// Below the local start: served from the bucket.
-				var b []byte
+				var b *tiering.ColdRead
 				var wait <-chan struct{}
 				if b, wait, err = s.coldRead(p, rp.FetchOffset, max(budget, 1)); err == nil {
 					if wait != nil {
@@ -130,7 +131,9 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-c
 					sp.HighWatermark = p.log.HighWatermark()
 					sp.LastStableOffset, sp.LogStartOffset = sp.HighWatermark, p.log.LogStartOffset()
 					cold[len(reads)] = b
-					total += int64(len(b))
+					if b != nil {
+						total += b.Len
+					}
 					st.Partitions = append(st.Partitions, sp)
 					reads = append(reads, nil)
 					continue

@@ -12,6 +12,7 @@ import (
 
 	"github.com/synapsebroker/synapse/log"
 	"github.com/synapsebroker/synapse/protocol"
+	"github.com/synapsebroker/synapse/tiering"
 )
 
 // fetchResponse is a fetch response whose record bytes stay in segment files
@@ -19,14 +20,14 @@ import (
 // struct) so errors and tests can treat it as one; conn.writeFetch sends it.
 type fetchResponse struct {
 	*kmsg.FetchResponse
-	reads [][]*log.ReadResult // [topic][partition], nil where no records
-	cold  [][][]byte          // [topic][partition]: bytes read from the tiered store
+	reads [][]*log.ReadResult   // [topic][partition], nil where no records
+	cold  [][]*tiering.ColdRead // [topic][partition]: batches read from the tiered store
 }
 
 func (f *fetchResponse) release() {
 	for _, ps := range f.cold {
-		for _, b := range ps {
-			putColdBuf(b)
+		for _, r := range ps {
+			r.Release()
 		}
 	}
 	f.cold = nil
@@ -44,7 +45,10 @@ func (f *fetchResponse) recLen(ti, pi int) int64 {
 	if r := f.reads[ti][pi]; r != nil {
 		return r.Bytes
 	}
-	return int64(len(f.cold[ti][pi])) // empty, not null, without data: as Kafka
+	if r := f.cold[ti][pi]; r != nil {
+		return r.Len
+	}
+	return 0 // empty, not null, without data: as Kafka
 }
 
 // writeFetch sends a fetch response: header bytes from memory, record bytes
@@ -74,8 +78,13 @@ func (c *conn) writeFetch(corr int32, f *fetchResponse) error {
 					return err
 				}
 			}
-		} else if _, err := c.nc.Write(f.cold[h.Topic][h.Part]); err != nil {
-			return err
+		} else if r := f.cold[h.Topic][h.Part]; r != nil {
+			// Straight from the cached chunks, in one writev where the
+			// connection supports it (WriteTo consumes its copy of the list).
+			bufs := append(net.Buffers(nil), r.Parts...)
+			if _, err := bufs.WriteTo(c.nc); err != nil {
+				return err
+			}
 		}
 		prev = h.At
 	}

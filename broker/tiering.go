@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -72,15 +71,10 @@ func localRetention(set map[string]string, local, whole string) int64 {
 // stalling on it: cached chunks are served at once; otherwise the download
 // starts and wait (closed when it lands) joins the fetch's long-poll
 // wake-ups, so the other partitions of the fetch are answered meanwhile.
-func (s *Server) coldRead(p *partition, offset, maxBytes int64) ([]byte, <-chan struct{}, error) {
+func (s *Server) coldRead(p *partition, offset, maxBytes int64) (*tiering.ColdRead, <-chan struct{}, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
-	bp := coldBufPool.Get().(*[]byte)
-	b, _, wait, err := s.cfg.Tier.ReadNoWait(ctx, *bp, p.tierKey(), offset, maxBytes)
-	if len(b) == 0 {
-		coldBufPool.Put(bp)
-		b = nil
-	}
+	r, wait, err := s.cfg.Tier.ReadNoWait(ctx, p.tierKey(), offset, maxBytes)
 	if errors.Is(err, tiering.ErrOffsetNotTiered) {
 		return nil, nil, log.ErrOffsetOutOfRange
 	}
@@ -90,7 +84,11 @@ func (s *Server) coldRead(p *partition, offset, maxBytes int64) ([]byte, <-chan 
 		s.logger.Debug("cold read failed", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
 		return nil, nil, fmt.Errorf("%w: tiered store: %v", log.ErrStorage, err)
 	}
-	return b, wait, nil
+	if r != nil && r.Len == 0 {
+		r.Release()
+		r = nil
+	}
+	return r, wait, nil
 }
 
 // mirrorTopics copies topics.json to the bucket (best effort: a failure is
@@ -254,19 +252,6 @@ func (s *Server) mirrorProducers(ctx context.Context, p *partition) {
 	if err := s.cfg.Tier.Store().Put(ctx, producersKey(p.tierKey()), bytes.NewReader(b), int64(len(b))); err != nil {
 		s.logger.Warn("mirror producer state", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
 	}
-}
-
-// coldBufPool recycles the buffers of cold fetch responses (released after
-// the response is written), so catch-up readers do not allocate and clear
-// tens of MiB per fetch.
-var coldBufPool = sync.Pool{New: func() any { return new([]byte) }}
-
-func putColdBuf(b []byte) {
-	if cap(b) == 0 || cap(b) > 64<<20 {
-		return
-	}
-	b = b[:0]
-	coldBufPool.Put(&b)
 }
 
 // forgetTiered deletes a deleted topic's objects from the bucket in the

@@ -29,6 +29,8 @@ const (
 	// lengthFieldEnd is where batchLength is counted from.
 	lengthFieldEnd = 12
 	crcStart       = 21
+	// BatchCRCStart is where the bytes a batch's CRC-32C covers begin.
+	BatchCRCStart = crcStart
 	// maxBatchSize bounds any batch the engine will frame, whatever the
 	// configured max.message.bytes: segment positions are 32-bit.
 	maxBatchSize = 1<<31 - 1

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -32,8 +33,8 @@ func BenchmarkColdCatchUp(b *testing.B) {
 	store := vgw.Store(vgw.Bucket(), "bench")
 	bin := synapseBin(b)
 	total := 96 << 20
-	if os.Getenv("PROF_COLD") != "" {
-		total = 1 << 30
+	if mib, err := strconv.Atoi(os.Getenv("COLD_MIB")); err == nil {
+		total = mib << 20 // a longer read, for a profile
 	}
 	br := startSynapseProc(b, bin, vgw, "bench")
 	cl := kclientTB(b, br.addr, kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerBatchMaxBytes(1<<20))
@@ -100,12 +101,16 @@ func BenchmarkColdCatchUp(b *testing.B) {
 		cons.Close()
 		br2.stop(b)
 		br2 = startSynapseProc(b, bin, vgw, "bench")
-		start = time.Now()
+		start, cpu0 = time.Now(), procCPU(br2.cmd.Process.Pid)
 		rawGot := rawFetchAll(b, ctx, br2.addr, "tiered")
 		rawCold := float64(rawGot) / 1e6 / time.Since(start).Seconds()
-		start = time.Now()
+		rawColdCPU := float64((procCPU(br2.cmd.Process.Pid) - cpu0).Microseconds()) / 1e3 / (float64(rawGot) / 1e6)
+		start, cpu0 = time.Now(), procCPU(br2.cmd.Process.Pid)
 		rawGot = rawFetchAll(b, ctx, br2.addr, "tiered")
 		rawWarm := float64(rawGot) / 1e6 / time.Since(start).Seconds()
+		rawWarmCPU := float64((procCPU(br2.cmd.Process.Pid) - cpu0).Microseconds()) / 1e3 / (float64(rawGot) / 1e6)
+		b.ReportMetric(rawColdCPU, "broker-CPU-ms/MB-raw-cold")
+		b.ReportMetric(rawWarmCPU, "broker-CPU-ms/MB-raw-cached")
 		b.ReportMetric(rawCold, "raw-cold-MB/s")
 		b.ReportMetric(rawWarm, "raw-cached-MB/s")
 		// The same read again, from the broker's chunk cache: the ceiling

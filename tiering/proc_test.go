@@ -61,6 +61,9 @@ func startSynapseProc(tb testing.TB, bin string, vgw *tiering.VersitygwServer, p
 	tierURL := fmt.Sprintf("s3://%s/%s?endpoint=%s&path_style=true&region=%s", vgw.Bucket(), prefix, vgw.Endpoint(), tiering.VersitygwRegion)
 	b.cmd = exec.Command(bin, append([]string{"serve", "--listen", b.addr, "--data-dir", tb.TempDir(), "--http-listen", b.http,
 		"--tier", tierURL, "--maintenance-interval", "100ms", "--log-level", "warn"}, args...)...)
+	if os.Getenv("PIN_BROKER") != "" {
+		b.cmd = exec.Command("taskset", append([]string{"-c", os.Getenv("PIN_BROKER"), bin}, b.cmd.Args[1:]...)...)
+	}
 	b.cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+tiering.VersitygwAccessKey, "AWS_SECRET_ACCESS_KEY="+tiering.VersitygwSecretKey)
 	logf, err := os.Create(filepath.Join(tb.TempDir(), "synapse.log"))
 	if err != nil {

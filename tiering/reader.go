@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,20 +24,82 @@ const chunkSize = 8 << 20
 // ErrOffsetNotTiered means the offset is not in any uploaded segment.
 var ErrOffsetNotTiered = errors.New("tiering: offset not in the bucket")
 
+// ColdRead is whole batches read from the bucket, as slices of cached
+// chunks (no copy): Parts in order, Len bytes in all, Next the offset after
+// the last batch. The chunks stay pinned in memory until Release.
+type ColdRead struct {
+	Parts [][]byte
+	Len   int64
+	Next  int64
+
+	cache *chunkCache
+	held  []*chunkEntry
+}
+
+// Release unpins the chunks; Parts must not be used afterwards.
+func (r *ColdRead) Release() {
+	if r == nil {
+		return
+	}
+	for _, e := range r.held {
+		r.cache.release(e)
+	}
+	r.held, r.Parts, r.Len = nil, nil, 0
+}
+
+// Bytes returns the batches as one copied slice.
+func (r *ColdRead) Bytes() []byte {
+	out := make([]byte, 0, r.Len)
+	for _, p := range r.Parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// add appends bytes [off, off+n) of a held chunk, joining the previous part
+// when it ends where this starts in the same chunk.
+func (r *ColdRead) add(e *chunkEntry, off, n int64) {
+	if k := len(r.held); k > 0 && r.held[k-1] == e {
+		r.cache.release(e) // already held once
+		last := &r.Parts[len(r.Parts)-1]
+		if end := cap(e.data) - cap(*last) + len(*last); int64(end) == off {
+			*last = (*last)[:len(*last)+int(n)]
+			r.Len += n
+			return
+		}
+	} else {
+		r.held = append(r.held, e)
+	}
+	r.Parts = append(r.Parts, e.data[off:off+n])
+	r.Len += n
+}
+
+// truncate drops what was added after a mark (len(Parts), Len).
+func (r *ColdRead) truncate(parts int, n int64, last int) {
+	r.Parts, r.Len = r.Parts[:parts], n
+	if parts > 0 {
+		r.Parts[parts-1] = r.Parts[parts-1][:last]
+	}
+}
+
 // Read returns whole batches from the bucket starting with the batch that
 // contains offset (always that batch, then more while they fit maxBytes),
 // each CRC-checked: a corrupt object is an error (and its chunks are dropped
 // from the cache so the next read fetches them again), never garbage. It
 // also returns the offset after the last batch returned.
 func (t *Tier) Read(ctx context.Context, pk PartitionKey, offset, maxBytes int64) ([]byte, int64, error) {
-	return t.AppendRead(ctx, nil, pk, offset, maxBytes)
-}
-
-// AppendRead is Read appending to dst (which a caller may pool).
-func (t *Tier) AppendRead(ctx context.Context, dst []byte, pk PartitionKey, offset, maxBytes int64) ([]byte, int64, error) {
-	m, err := t.Manifest(ctx, pk)
+	r, err := t.read(ctx, pk, offset, maxBytes)
 	if err != nil {
 		return nil, 0, err
+	}
+	defer r.Release()
+	return r.Bytes(), r.Next, nil
+}
+
+func (t *Tier) read(ctx context.Context, pk PartitionKey, offset, maxBytes int64) (*ColdRead, error) {
+	m, err := t.Manifest(ctx, pk)
+	if err != nil {
+		return nil, err
 	}
 	offset = max(offset, m.LogStartOffset)
 	i := -1
@@ -46,17 +110,9 @@ func (t *Tier) AppendRead(ctx context.Context, dst []byte, pk PartitionKey, offs
 		}
 	}
 	if i < 0 {
-		return nil, 0, ErrOffsetNotTiered
+		return nil, ErrOffsetNotTiered
 	}
-	var total int64
-	for _, s := range m.Segments[i:] {
-		total += s.Size
-	}
-	out := dst[:0]
-	if int64(cap(out)) < min(maxBytes, total) {
-		out = make([]byte, 0, min(maxBytes, total))
-	}
-	next := offset
+	r := &ColdRead{Next: offset, cache: t.cache}
 	// Whole batches from the segment holding offset, then from the
 	// following segments while the budget lasts.
 	for ; i < len(m.Segments); i++ {
@@ -65,25 +121,26 @@ func (t *Tier) AppendRead(ctx context.Context, dst []byte, pk PartitionKey, offs
 			// A catch-up reader reaches the next segment soon: start it.
 			t.prefetch(pk.segmentKey(m.Segments[i+1].Base, ".log"), m.Segments[i+1].Size, 0)
 		}
-		full, err := t.readSegment(ctx, pk, seg, next, maxBytes, &out, &next)
+		full, err := t.readSegment(ctx, pk, seg, r.Next, maxBytes, r)
 		var nr *NotReadyError
-		if errors.As(err, &nr) && len(out) > 0 {
-			return out, next, nil // what was ready; the rest is on its way
+		if errors.As(err, &nr) && r.Len > 0 {
+			return r, nil // what was ready; the rest is on its way
 		}
 		if err != nil {
-			return nil, 0, err
+			r.Release()
+			return nil, err
 		}
 		if full {
 			break
 		}
 	}
-	return out, next, nil
+	return r, nil
 }
 
-// readSegment appends whole batches of seg from the one holding *next on,
-// while they fit maxBytes (the first batch of the read always goes). It
+// readSegment adds whole batches of seg from the one holding offset on to
+// r, while they fit maxBytes (the first batch of the read always goes). It
 // reports whether the budget is spent.
-func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMeta, offset, maxBytes int64, out *[]byte, next *int64) (bool, error) {
+func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMeta, offset, maxBytes int64, r *ColdRead) (bool, error) {
 	key := pk.segmentKey(seg.Base, ".log")
 	pos := int64(0)
 	if offset > seg.Base {
@@ -104,28 +161,60 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 			pos += int64(h.Length)
 			continue
 		}
-		if len(*out) > 0 && int64(len(*out))+int64(h.Length) > maxBytes {
+		if r.Len > 0 && r.Len+int64(h.Length) > maxBytes {
 			return true, nil
 		}
-		start := len(*out)
-		b, err := t.appendAt(ctx, *out, key, seg.Size, pos, int64(h.Length))
+		parts, n, last := len(r.Parts), r.Len, 0
+		if parts > 0 {
+			last = len(r.Parts[parts-1])
+		}
+		crc, err := t.addRange(ctx, r, key, seg.Size, pos, int64(h.Length))
 		if err != nil {
-			*out = (*out)[:start] // keep the whole batches read so far
+			r.truncate(parts, n, last) // keep the whole batches read so far
 			return false, err
 		}
-		*out = b
-		if !log.VerifyBatch((*out)[start:], &h) {
+		if crc != h.CRC {
+			r.truncate(parts, n, last)
 			t.cache.dropKey(key)
 			t.errs.Add(1)
 			return false, fmt.Errorf("tiering: %s at byte %d: crc mismatch in batch %d", key, pos, h.BaseOffset)
 		}
-		*next = h.NextOffset()
+		r.Next = h.NextOffset()
 		pos += int64(h.Length)
-		if int64(len(*out)) >= maxBytes {
+		if r.Len >= maxBytes {
 			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// addRange adds n bytes of an object at pos to r as slices of its cached
+// chunks, and returns the CRC-32C of those bytes past a batch's CRC field
+// (what a batch's CRC covers, for a range that is one batch).
+func (t *Tier) addRange(ctx context.Context, r *ColdRead, key string, size, pos, n int64) (uint32, error) {
+	var crc uint32
+	skip := int64(log.BatchCRCStart)
+	for n > 0 {
+		ci := pos / chunkSize
+		e, err := t.chunk(ctx, key, size, ci)
+		if err != nil {
+			return 0, err
+		}
+		off := pos - ci*chunkSize
+		take := min(n, int64(len(e.data))-off)
+		if take <= 0 {
+			t.cache.release(e)
+			return 0, fmt.Errorf("tiering: %s: read past the object at %d", key, pos)
+		}
+		if skip < take {
+			crc = crc32.Update(crc, castagnoli, e.data[off+skip:off+take])
+		}
+		skip = max(skip-take, 0)
+		r.add(e, off, take)
+		pos += take
+		n -= take
+	}
+	return crc, nil
 }
 
 // index returns the remote .index object of a segment (nil if missing).
@@ -158,16 +247,18 @@ func (t *Tier) readAt(ctx context.Context, key string, size, pos, n int64) ([]by
 func (t *Tier) appendAt(ctx context.Context, out []byte, key string, size, pos, n int64) ([]byte, error) {
 	for n > 0 {
 		ci := pos / chunkSize
-		c, err := t.chunk(ctx, key, size, ci)
+		e, err := t.chunk(ctx, key, size, ci)
 		if err != nil {
 			return nil, err
 		}
 		off := pos - ci*chunkSize
-		take := min(n, int64(len(c))-off)
+		take := min(n, int64(len(e.data))-off)
 		if take <= 0 {
+			t.cache.release(e)
 			return nil, fmt.Errorf("tiering: %s: read past the object at %d", key, pos)
 		}
-		out = append(out, c[off:off+take]...)
+		out = append(out, e.data[off:off+take]...)
+		t.cache.release(e)
 		pos += take
 		n -= take
 	}
@@ -179,11 +270,12 @@ func (t *Tier) appendAt(ctx context.Context, out []byte, key string, size, pos, 
 // next readAhead chunks in the background, so a sequential catch-up reader
 // finds them ready. Under a no-wait context a missing chunk is not waited
 // for: its download starts and a *NotReadyError says what to wait on.
-func (t *Tier) chunk(ctx context.Context, key string, size, ci int64) ([]byte, error) {
+// The caller releases the chunk (t.cache.release) when done with its data.
+func (t *Tier) chunk(ctx context.Context, key string, size, ci int64) (*chunkEntry, error) {
 	if ctx.Value(noWaitKey{}) != nil {
-		if c := t.cache.get(key, ci); c != nil {
+		if e := t.cache.get(key, ci); e != nil {
 			t.readAheadFrom(key, size, ci)
-			return c, nil
+			return e, nil
 		}
 		// The last background download of this chunk failed: say so once
 		// (the fetch answers an error instead of staying empty), then the
@@ -224,24 +316,25 @@ func (e *NotReadyError) Error() string { return "tiering: chunk still downloadin
 
 type noWaitKey struct{}
 
-// ReadNoWait is Read for a request that must not stall on the bucket: what
-// is cached is returned at once; if the first batch needs a chunk that is not
-// cached yet, its download starts and wait is closed when it ends (read
-// again then). The broker adds wait to a fetch's long-poll wake-ups, so a
-// slow bucket never holds up other partitions of the same fetch.
-func (t *Tier) ReadNoWait(ctx context.Context, dst []byte, pk PartitionKey, offset, maxBytes int64) (b []byte, next int64, wait <-chan struct{}, err error) {
-	b, next, err = t.AppendRead(context.WithValue(ctx, noWaitKey{}, true), dst, pk, offset, maxBytes)
+// ReadNoWait is a Read for a request that must not stall on the bucket,
+// without copying: what is cached is returned at once (nil if nothing);
+// if the first batch needs a chunk that is not cached yet, its download
+// starts and wait is closed when it ends (read again then). The broker adds
+// wait to a fetch's long-poll wake-ups, so a slow bucket never holds up
+// other partitions of the same fetch. The caller releases r.
+func (t *Tier) ReadNoWait(ctx context.Context, pk PartitionKey, offset, maxBytes int64) (r *ColdRead, wait <-chan struct{}, err error) {
+	r, err = t.read(context.WithValue(ctx, noWaitKey{}, true), pk, offset, maxBytes)
 	var nr *NotReadyError
 	if errors.As(err, &nr) {
-		return nil, offset, nr.Wait, nil
+		return nil, nr.Wait, nil
 	}
-	return b, next, nil, err
+	return r, nil, err
 }
 
-func (t *Tier) fetchChunk(ctx context.Context, key string, size, ci int64) ([]byte, error) {
+func (t *Tier) fetchChunk(ctx context.Context, key string, size, ci int64) (*chunkEntry, error) {
 	for {
-		if c := t.cache.get(key, ci); c != nil {
-			return c, nil
+		if e := t.cache.get(key, ci); e != nil {
+			return e, nil
 		}
 		id := chunkID{key, ci}
 		t.mu.Lock()
@@ -258,17 +351,17 @@ func (t *Tier) fetchChunk(ctx context.Context, key string, size, ci int64) ([]by
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		if c := t.cache.peek(key, ci); c != nil {
-			return c, nil
+		if e := t.cache.peek(key, ci); e != nil {
+			return e, nil
 		}
-		// That download failed: try ourselves.
+		// That download failed (or its chunk is gone already): try ourselves.
 	}
 }
 
 // download fetches a chunk registered in inflight under done, caches it and
 // closes done. A background download (record) that fails leaves its error
 // for the next no-wait read, recorded before done closes.
-func (t *Tier) download(ctx context.Context, key string, size, ci int64, done chan struct{}, record bool) (c []byte, err error) {
+func (t *Tier) download(ctx context.Context, key string, size, ci int64, done chan struct{}, record bool) (e *chunkEntry, err error) {
 	defer func() {
 		t.mu.Lock()
 		delete(t.inflight, chunkID{key, ci})
@@ -280,14 +373,14 @@ func (t *Tier) download(ctx context.Context, key string, size, ci int64, done ch
 	}()
 	start := ci * chunkSize
 	n := min(chunkSize, size-start)
-	c, err = t.store.GetRange(ctx, key, start, n)
-	if err != nil {
+	buf := getChunkBuf()
+	if err = getRangeInto(ctx, t.store, key, start, (*buf)[:n]); err != nil {
+		putChunkBuf(buf)
 		t.errs.Add(1)
 		return nil, err
 	}
-	t.downloadedBytes.Add(int64(len(c)))
-	t.cache.put(key, ci, c)
-	return c, nil
+	t.downloadedBytes.Add(n)
+	return t.cache.put(key, ci, buf, n, !record), nil
 }
 
 // startFetch makes sure a chunk is on its way and returns a channel closed
@@ -328,6 +421,11 @@ func (t *Tier) prefetch(key string, size, ci int64) {
 // an optional second level on local disk: chunks evicted from memory spill
 // to files under dir (bounded by diskMax, LRU too) and come back from there
 // instead of the bucket.
+//
+// Chunk memory is recycled (chunkFree): an entry is reference-counted by
+// the readers copying from it, and its buffer goes back to the pool only
+// when it has left the cache and the last reader released it. Spilling to
+// disk happens outside the lock.
 type chunkCache struct {
 	mu           sync.Mutex
 	max, size    int64
@@ -340,6 +438,7 @@ type chunkCache struct {
 	diskLRU           list.List // of *diskEntry
 	onDisk            map[chunkID]*list.Element
 	seq               int64
+	drops             int64 // dropKey calls: a spill that began before one is discarded
 }
 
 type chunkID struct {
@@ -347,15 +446,42 @@ type chunkID struct {
 	ci  int64
 }
 
+// chunkEntry is a cached chunk. refs and gone are guarded by chunkCache.mu.
 type chunkEntry struct {
 	id   chunkID
-	data []byte
+	data []byte  // (*buf)[:n]
+	buf  *[]byte // from getChunkBuf
+	refs int     // holders: readers, and a spill in progress
+	gone bool    // out of the cache: the buffer is recycled at refs 0
 }
 
 type diskEntry struct {
 	id   chunkID
 	path string
 	size int64
+}
+
+// chunkFree recycles chunk buffers (chunkSize each), so a download costs no
+// fresh memory to fault in and clear. It is a bounded free list rather than
+// a sync.Pool, which every GC cycle empties; at most 4 idle buffers (32 MiB)
+// stay beyond the cache's budget.
+var chunkFree = make(chan *[]byte, 4)
+
+func getChunkBuf() *[]byte {
+	select {
+	case b := <-chunkFree:
+		return b
+	default:
+		b := make([]byte, chunkSize)
+		return &b
+	}
+}
+
+func putChunkBuf(b *[]byte) {
+	select {
+	case chunkFree <- b:
+	default:
+	}
 }
 
 func newChunkCache(max int64) *chunkCache {
@@ -377,14 +503,17 @@ func (c *chunkCache) setDisk(dir string, max int64) error {
 	return nil
 }
 
-func (c *chunkCache) get(key string, ci int64) []byte {
+// get returns a cached chunk with a reference the caller releases, or nil.
+func (c *chunkCache) get(key string, ci int64) *chunkEntry {
 	c.mu.Lock()
 	id := chunkID{key, ci}
-	if e, ok := c.byKey[id]; ok {
-		c.lru.MoveToFront(e)
+	if el, ok := c.byKey[id]; ok {
+		c.lru.MoveToFront(el)
 		c.hits++
+		e := el.Value.(*chunkEntry)
+		e.refs++
 		c.mu.Unlock()
-		return e.Value.(*chunkEntry).data
+		return e
 	}
 	de, ok := c.onDisk[id]
 	if !ok {
@@ -392,18 +521,30 @@ func (c *chunkCache) get(key string, ci int64) []byte {
 		c.mu.Unlock()
 		return nil
 	}
-	path := de.Value.(*diskEntry).path
+	path, size := de.Value.(*diskEntry).path, de.Value.(*diskEntry).size
 	c.mu.Unlock()
-	data, err := os.ReadFile(path) // outside the lock
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err != nil {
+	buf := getChunkBuf()
+	if err := readFileInto(path, (*buf)[:size]); err != nil { // outside the lock
+		putChunkBuf(buf)
+		c.mu.Lock()
 		c.misses++
+		c.mu.Unlock()
 		return nil
 	}
+	c.mu.Lock()
 	c.hits++
-	c.putLocked(id, data)
-	return data
+	c.mu.Unlock()
+	return c.put(key, ci, buf, size, true)
+}
+
+func readFileInto(path string, dst []byte) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.ReadFull(f, dst)
+	return err
 }
 
 // has reports whether a chunk is cached at either level.
@@ -417,58 +558,101 @@ func (c *chunkCache) has(key string, ci int64) bool {
 }
 
 // peek is get without counting a hit or a miss, memory only.
-func (c *chunkCache) peek(key string, ci int64) []byte {
+func (c *chunkCache) peek(key string, ci int64) *chunkEntry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.byKey[chunkID{key, ci}]; ok {
-		return e.Value.(*chunkEntry).data
+	if el, ok := c.byKey[chunkID{key, ci}]; ok {
+		e := el.Value.(*chunkEntry)
+		e.refs++
+		return e
 	}
 	return nil
 }
 
-func (c *chunkCache) put(key string, ci int64, data []byte) {
+// put caches the first n bytes of buf (which the cache now owns) as chunk
+// ci of key, and returns the entry, with a reference for the caller if ref
+// (else nil). A chunk already cached keeps its entry and buf is recycled.
+func (c *chunkCache) put(key string, ci int64, buf *[]byte, n int64, ref bool) *chunkEntry {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.putLocked(chunkID{key, ci}, data)
-}
-
-func (c *chunkCache) putLocked(id chunkID, data []byte) {
-	if _, ok := c.byKey[id]; ok {
-		return
+	id := chunkID{key, ci}
+	var e *chunkEntry
+	if el, ok := c.byKey[id]; ok {
+		e = el.Value.(*chunkEntry)
+		putChunkBuf(buf)
+	} else {
+		e = &chunkEntry{id: id, data: (*buf)[:n], buf: buf}
+		c.byKey[id] = c.lru.PushFront(e)
+		c.size += n
 	}
-	c.byKey[id] = c.lru.PushFront(&chunkEntry{id, data})
-	c.size += int64(len(data))
+	if ref {
+		e.refs++
+	}
+	var spill []*chunkEntry
+	drops := c.drops
 	for c.size > c.max {
-		e := c.lru.Back()
-		ce := e.Value.(*chunkEntry)
-		c.lru.Remove(e)
-		delete(c.byKey, ce.id)
-		c.size -= int64(len(ce.data))
-		c.spillLocked(ce)
+		el := c.lru.Back()
+		old := el.Value.(*chunkEntry)
+		c.lru.Remove(el)
+		delete(c.byKey, old.id)
+		c.size -= int64(len(old.data))
+		old.gone = true
+		if c.dir != "" && int64(len(old.data)) <= c.diskMax && c.onDisk[old.id] == nil {
+			old.refs++ // held by the spill below
+			spill = append(spill, old)
+		} else {
+			c.recycleLocked(old)
+		}
+	}
+	c.mu.Unlock()
+	for _, old := range spill {
+		c.spill(old, drops)
+		c.release(old)
+	}
+	if !ref {
+		return nil
+	}
+	return e
+}
+
+// release drops a reference taken by get, peek or put.
+func (c *chunkCache) release(e *chunkEntry) {
+	c.mu.Lock()
+	e.refs--
+	c.recycleLocked(e)
+	c.mu.Unlock()
+}
+
+func (c *chunkCache) recycleLocked(e *chunkEntry) {
+	if e.gone && e.refs == 0 && e.buf != nil {
+		putChunkBuf(e.buf)
+		e.buf, e.data = nil, nil
 	}
 }
 
-// spillLocked writes an evicted chunk to the disk level. The write happens
-// under the lock, but only on eviction, which a cold read has just paid a
-// download for.
-func (c *chunkCache) spillLocked(ce *chunkEntry) {
-	if c.dir == "" || int64(len(ce.data)) > c.diskMax {
-		return
-	}
-	if _, ok := c.onDisk[ce.id]; ok {
-		return
-	}
+// spill writes an evicted chunk to the disk level (not under the lock: the
+// entry is held by a reference meanwhile). drops is c.drops at eviction: a
+// corrupt object's chunks dropped since must not come back from disk.
+func (c *chunkCache) spill(e *chunkEntry, drops int64) {
+	c.mu.Lock()
 	c.seq++
 	path := filepath.Join(c.dir, strconv.FormatInt(c.seq, 10))
-	if err := os.WriteFile(path, ce.data, 0o644); err != nil {
+	c.mu.Unlock()
+	if err := os.WriteFile(path, e.data, 0o644); err != nil {
+		os.Remove(path)
 		return
 	}
-	c.onDisk[ce.id] = c.diskLRU.PushFront(&diskEntry{ce.id, path, int64(len(ce.data))})
-	c.diskSize += int64(len(ce.data))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.onDisk[e.id] != nil || c.drops != drops {
+		os.Remove(path) // spilled twice meanwhile (evicted again after a reload), or dropped
+		return
+	}
+	c.onDisk[e.id] = c.diskLRU.PushFront(&diskEntry{e.id, path, int64(len(e.data))})
+	c.diskSize += int64(len(e.data))
 	for c.diskSize > c.diskMax {
-		e := c.diskLRU.Back()
-		de := e.Value.(*diskEntry)
-		c.diskLRU.Remove(e)
+		el := c.diskLRU.Back()
+		de := el.Value.(*diskEntry)
+		c.diskLRU.Remove(el)
 		delete(c.onDisk, de.id)
 		c.diskSize -= de.size
 		os.Remove(de.path)
@@ -478,17 +662,21 @@ func (c *chunkCache) spillLocked(ce *chunkEntry) {
 func (c *chunkCache) dropKey(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for id, e := range c.byKey {
+	c.drops++
+	for id, el := range c.byKey {
 		if id.key == key {
-			c.lru.Remove(e)
+			e := el.Value.(*chunkEntry)
+			c.lru.Remove(el)
 			delete(c.byKey, id)
-			c.size -= int64(len(e.Value.(*chunkEntry).data))
+			c.size -= int64(len(e.data))
+			e.gone = true
+			c.recycleLocked(e)
 		}
 	}
-	for id, e := range c.onDisk {
+	for id, el := range c.onDisk {
 		if id.key == key {
-			de := e.Value.(*diskEntry)
-			c.diskLRU.Remove(e)
+			de := el.Value.(*diskEntry)
+			c.diskLRU.Remove(el)
 			delete(c.onDisk, id)
 			c.diskSize -= de.size
 			os.Remove(de.path)

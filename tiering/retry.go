@@ -91,6 +91,11 @@ func (r *retryStore) GetRange(ctx context.Context, key string, off, n int64) ([]
 	return out, err
 }
 
+// GetRangeInto implements RangeReader (for any wrapped store).
+func (r *retryStore) GetRangeInto(ctx context.Context, key string, off int64, dst []byte) error {
+	return r.do(ctx, func() error { return getRangeInto(ctx, r.s, key, off, dst) })
+}
+
 func (r *retryStore) Delete(ctx context.Context, key string) error {
 	return r.do(ctx, func() error { return r.s.Delete(ctx, key) })
 }

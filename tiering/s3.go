@@ -454,13 +454,8 @@ func (s *S3) GetRange(ctx context.Context, key string, off, n int64) ([]byte, er
 	var buf []byte
 	if n > 0 {
 		buf = make([]byte, n)
-		got, err := io.ReadFull(out.Body, buf)
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			// The server clipped the range at the end of the object.
-			return nil, fmt.Errorf("s3 get %q [%d,+%d): got %d bytes: %w", key, off, n, got, ErrBadRange)
-		}
-		if err != nil {
-			return nil, s.s3Err("get", key, err)
+		if err := s.readBodyInto(out.Body, key, off, buf); err != nil {
+			return nil, err
 		}
 	} else {
 		b := bytes.NewBuffer(make([]byte, 0, max(aws.ToInt64(out.ContentLength), 0)))
@@ -470,6 +465,44 @@ func (s *S3) GetRange(ctx context.Context, key string, off, n int64) ([]byte, er
 		buf = b.Bytes()
 	}
 	return buf, nil
+}
+
+// GetRangeInto implements RangeReader with a ranged GetObject read straight
+// into dst.
+func (s *S3) GetRangeInto(ctx context.Context, key string, off int64, dst []byte) error {
+	if len(dst) == 0 || off < 0 {
+		_, err := s.GetRange(ctx, key, off, int64(len(dst)))
+		return err
+	}
+	if err := s.checkKey("get", key); err != nil {
+		return err
+	}
+	in := &s3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(s.prefix + key),
+		Range: aws.String(fmt.Sprintf("bytes=%d-%d", off, off+int64(len(dst))-1))}
+	out, err := s.client.GetObject(ctx, in)
+	if err != nil {
+		return s.s3Err("get", key, err)
+	}
+	defer out.Body.Close()
+	var start int64
+	cr := aws.ToString(out.ContentRange)
+	if _, err := fmt.Sscanf(cr, "bytes %d-", &start); err != nil || start != off {
+		return fmt.Errorf("s3 get s3://%s/%s: asked %s, got Content-Range %q", s.bucket, s.prefix+key, aws.ToString(in.Range), cr)
+	}
+	return s.readBodyInto(out.Body, key, off, dst)
+}
+
+// readBodyInto reads exactly len(dst) bytes of a ranged GET's body.
+func (s *S3) readBodyInto(body io.Reader, key string, off int64, dst []byte) error {
+	got, err := io.ReadFull(body, dst)
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		// The server clipped the range at the end of the object.
+		return fmt.Errorf("s3 get %q [%d,+%d): got %d bytes: %w", key, off, len(dst), got, ErrBadRange)
+	}
+	if err != nil {
+		return s.s3Err("get", key, err)
+	}
+	return nil
 }
 
 // size returns the object's size with HeadObject.

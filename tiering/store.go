@@ -7,6 +7,7 @@ package tiering
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 )
 
@@ -46,4 +47,28 @@ type ObjectStore interface {
 // Put.
 type FileLinker interface {
 	LinkFile(ctx context.Context, key, path string, size int64) error
+}
+
+// RangeReader is implemented by stores that can read a range into the
+// caller's buffer (cold reads download into recycled chunk buffers instead
+// of a fresh allocation per GET). GetRangeInto fills dst with the len(dst)
+// bytes of key at off; a range past the end is an error, as for GetRange.
+type RangeReader interface {
+	GetRangeInto(ctx context.Context, key string, off int64, dst []byte) error
+}
+
+// getRangeInto is RangeReader.GetRangeInto for any store.
+func getRangeInto(ctx context.Context, s ObjectStore, key string, off int64, dst []byte) error {
+	if rr, ok := s.(RangeReader); ok {
+		return rr.GetRangeInto(ctx, key, off, dst)
+	}
+	b, err := s.GetRange(ctx, key, off, int64(len(dst)))
+	if err != nil {
+		return err
+	}
+	if len(b) != len(dst) {
+		return fmt.Errorf("tiering: %s [%d,+%d): got %d bytes: %w", key, off, len(dst), len(b), ErrBadRange)
+	}
+	copy(dst, b)
+	return nil
 }

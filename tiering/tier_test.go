@@ -339,12 +339,12 @@ func TestNoWaitReadReportsDownloadFailure(t *testing.T) {
 		}
 		return nil
 	})
-	_, _, wait, err := f.tier.ReadNoWait(ctx, nil, f.pk, 0, 1<<20)
+	_, wait, err := f.tier.ReadNoWait(ctx, f.pk, 0, 1<<20)
 	if err != nil || wait == nil {
 		t.Fatalf("first no-wait read: wait %v, err %v", wait, err)
 	}
 	<-wait
-	if _, _, _, err := f.tier.ReadNoWait(ctx, nil, f.pk, 0, 1<<20); !errors.Is(err, ErrNotFound) {
+	if _, _, err := f.tier.ReadNoWait(ctx, f.pk, 0, 1<<20); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after the failed download: %v, want the download's error", err)
 	}
 }
@@ -430,7 +430,7 @@ func TestNoWaitSmallCacheMakesProgress(t *testing.T) {
 		if steps > 1000 {
 			t.Fatalf("no progress: at offset %d of %d after %d reads", off, m.Next(), steps)
 		}
-		b, next, wait, err := tier.ReadNoWait(ctx, nil, pk, off, 16<<20)
+		r, wait, err := tier.ReadNoWait(ctx, pk, off, 16<<20)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -438,8 +438,9 @@ func TestNoWaitSmallCacheMakesProgress(t *testing.T) {
 			<-wait
 			continue
 		}
-		read += int64(len(b))
-		off = next
+		read += r.Len
+		off = r.Next
+		r.Release()
 	}
 	if read != tiered {
 		t.Fatalf("read %d bytes, %d tiered", read, tiered)
