@@ -9,3 +9,6 @@ type VersitygwServer = versitygwServer
 // Credentials of the test server, for child processes that read the
 // standard AWS environment.
 const VersitygwAccessKey, VersitygwSecretKey, VersitygwRegion = versitygwAccessKey, versitygwSecretKey, versitygwRegion
+
+// ChunkSize is the alignment of cold-read ranged GETs.
+const ChunkSize = chunkSize

@@ -287,7 +287,13 @@ func (t *Tier) chunk(ctx context.Context, key string, size, ci int64) (*chunkEnt
 		if failed {
 			return nil, err
 		}
-		return nil, &NotReadyError{Wait: t.startFetch(key, size, ci)}
+		wait := t.startFetch(key, size, ci)
+		if (ci+1)*chunkSize < size && t.cache.max >= 4*chunkSize {
+			// A cold start of a catch-up read: the next chunk downloads
+			// alongside (the read-ahead proper starts once this one is read).
+			t.prefetch(key, size, ci+1)
+		}
+		return nil, &NotReadyError{Wait: wait}
 	}
 	c, err := t.fetchChunk(ctx, key, size, ci)
 	if err == nil {
