@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"golang.org/x/sys/unix"
@@ -79,16 +80,44 @@ func (c *conn) writeFetch(corr int32, f *fetchResponse) error {
 				}
 			}
 		} else if r := f.cold[h.Topic][h.Part]; r != nil {
-			// Straight from the cached chunks, in one writev where the
-			// connection supports it (WriteTo consumes its copy of the list).
-			bufs := append(net.Buffers(nil), r.Parts...)
-			if _, err := bufs.WriteTo(c.nc); err != nil {
+			if err := writeParts(c.nc, r.Parts); err != nil {
 				return err
 			}
 		}
 		prev = h.At
 	}
 	_, err = c.nc.Write(buf[prev:])
+	return err
+}
+
+// yieldBytes is how much a large response writes before letting other
+// goroutines run: a catch-up reader's socket that never fills would
+// otherwise hold a processor for a whole scheduler slice (10 ms), ahead of
+// tail consumers' and producers' requests.
+const yieldBytes = 1 << 20
+
+// writeParts writes cold-read parts straight from the cached chunks, with
+// writev where the connection supports it, about yieldBytes at a time.
+func writeParts(w io.Writer, parts [][]byte) error {
+	var group net.Buffers
+	var n int
+	for _, p := range parts {
+		for len(p) > 0 {
+			take := min(len(p), yieldBytes-n)
+			group = append(group, p[:take])
+			n += take
+			p = p[take:]
+			if n < yieldBytes {
+				continue
+			}
+			if _, err := group.WriteTo(w); err != nil { // consumes group
+				return err
+			}
+			group, n = nil, 0
+			runtime.Gosched()
+		}
+	}
+	_, err := group.WriteTo(w)
 	return err
 }
 
@@ -143,11 +172,14 @@ func sendfile(tc *net.TCPConn, f *os.File, off, n int64) error {
 	if err != nil {
 		return err
 	}
-	for n > 0 {
+	for first := true; n > 0; first = false {
+		if !first {
+			runtime.Gosched() // as writeParts: other requests first
+		}
 		var wrote int
 		var serr error
 		err := rc.Write(func(dst uintptr) bool {
-			wrote, serr = unix.Sendfile(int(dst), src, &off, int(min(n, 1<<30)))
+			wrote, serr = unix.Sendfile(int(dst), src, &off, int(min(n, yieldBytes)))
 			if errors.Is(serr, unix.EAGAIN) {
 				serr = nil
 				return wrote > 0 // nothing sent yet: wait until writable

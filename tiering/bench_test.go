@@ -356,11 +356,18 @@ func BenchmarkTailLatencyUnderColdLoad(b *testing.B) {
 				})
 			}
 		}()
+		var plats []time.Duration
 		for i := 0; i < 500; i++ {
+			t0 := time.Now()
 			cl.ProduceSync(ctx, &kgo.Record{Topic: "tail", Value: []byte(time.Now().Format(time.RFC3339Nano))})
+			plats = append(plats, time.Since(t0))
 			time.Sleep(2 * time.Millisecond)
 		}
 		<-done
+		if os.Getenv("RAW_DEBUG") != "" {
+			slices.Sort(plats)
+			fmt.Fprintf(os.Stderr, "produce p50 %v p99 %v\n", plats[len(plats)/2], plats[len(plats)*99/100])
+		}
 		slices.Sort(lats)
 		if len(lats) == 0 {
 			b.Fatal("no tail records consumed")

@@ -9,7 +9,8 @@ import (
 // written last, after every object it names: it is the commit point, so it
 // never names a missing object. Versioned JSON:
 //
-//	{"version":1,"log_start_offset":N,"segments":[{"base":..,"next":..,"size":..,"max_timestamp":..,"crc32c":..}]}
+//	{"version":1,"log_start_offset":N,"segments":[{"base":..,"next":..,"size":..,"max_timestamp":..,"crc32c":..,
+//	  "chunk_bytes":8388608,"chunk_crc32c":[..]}]}
 //
 // Segments are contiguous: each one's base is the previous one's next.
 type Manifest struct {
@@ -25,6 +26,12 @@ type SegmentMeta struct {
 	Size         int64  `json:"size"`
 	MaxTimestamp int64  `json:"max_timestamp"`
 	CRC32C       uint32 `json:"crc32c"` // of the whole .log object
+	// ChunkCRC32C is the CRC-32C of each ChunkBytes-aligned range of the
+	// .log object: cold reads verify each chunk as it downloads. Manifests
+	// from before it (or with another chunk size) have none, and their
+	// batches are checked one by one on every read.
+	ChunkBytes  int64    `json:"chunk_bytes,omitempty"`
+	ChunkCRC32C []uint32 `json:"chunk_crc32c,omitempty"`
 }
 
 // Next is the offset after the last uploaded segment (the log start if none).

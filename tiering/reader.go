@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -20,6 +21,24 @@ import (
 // aligned chunks covering what it needs, never a whole segment for a small
 // read, and sequential catch-up reads hit the cache for the rest of a chunk.
 const chunkSize = 8 << 20
+
+// object is a segment's .log object as cold reads see it: its key, its size
+// and, when the manifest has them, the CRC-32C of each chunk (a download is
+// verified against its sum as it arrives, and batches in verified chunks
+// need no check of their own).
+type object struct {
+	key  string
+	size int64
+	sums []uint32
+}
+
+func segmentObject(pk PartitionKey, seg *SegmentMeta) object {
+	o := object{key: pk.segmentKey(seg.Base, ".log"), size: seg.Size}
+	if seg.ChunkBytes == chunkSize && int64(len(seg.ChunkCRC32C)) == (seg.Size+chunkSize-1)/chunkSize {
+		o.sums = seg.ChunkCRC32C
+	}
+	return o
+}
 
 // ErrOffsetNotTiered means the offset is not in any uploaded segment.
 var ErrOffsetNotTiered = errors.New("tiering: offset not in the bucket")
@@ -119,7 +138,7 @@ func (t *Tier) read(ctx context.Context, pk PartitionKey, offset, maxBytes int64
 		seg := &m.Segments[i]
 		if i+1 < len(m.Segments) {
 			// A catch-up reader reaches the next segment soon: start it.
-			t.prefetch(pk.segmentKey(m.Segments[i+1].Base, ".log"), m.Segments[i+1].Size, 0)
+			t.prefetch(segmentObject(pk, &m.Segments[i+1]), 0)
 		}
 		full, err := t.readSegment(ctx, pk, seg, r.Next, maxBytes, r)
 		var nr *NotReadyError
@@ -141,14 +160,15 @@ func (t *Tier) read(ctx context.Context, pk PartitionKey, offset, maxBytes int64
 // r, while they fit maxBytes (the first batch of the read always goes). It
 // reports whether the budget is spent.
 func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMeta, offset, maxBytes int64, r *ColdRead) (bool, error) {
-	key := pk.segmentKey(seg.Base, ".log")
+	o := segmentObject(pk, seg)
+	key := o.key
 	pos := int64(0)
 	if offset > seg.Base {
 		pos = log.IndexLookup(t.index(ctx, pk, seg.Base), seg.Base, offset)
 	}
 	var hbuf [log.BatchHeaderSize]byte
 	for pos < seg.Size {
-		hdr, err := t.appendAt(ctx, hbuf[:0], key, seg.Size, pos, log.BatchHeaderSize)
+		hdr, err := t.appendAt(ctx, hbuf[:0], o, pos, log.BatchHeaderSize)
 		if err != nil {
 			return false, err
 		}
@@ -168,12 +188,12 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 		if parts > 0 {
 			last = len(r.Parts[parts-1])
 		}
-		crc, err := t.addRange(ctx, r, key, seg.Size, pos, int64(h.Length))
+		crc, verified, err := t.addRange(ctx, r, o, pos, int64(h.Length))
 		if err != nil {
 			r.truncate(parts, n, last) // keep the whole batches read so far
 			return false, err
 		}
-		if crc != h.CRC {
+		if !verified && crc != h.CRC {
 			r.truncate(parts, n, last)
 			t.cache.dropKey(key)
 			t.errs.Add(1)
@@ -189,32 +209,58 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 }
 
 // addRange adds n bytes of an object at pos to r as slices of its cached
-// chunks, and returns the CRC-32C of those bytes past a batch's CRC field
-// (what a batch's CRC covers, for a range that is one batch).
-func (t *Tier) addRange(ctx context.Context, r *ColdRead, key string, size, pos, n int64) (uint32, error) {
-	var crc uint32
-	skip := int64(log.BatchCRCStart)
+// chunks. It reports whether every chunk involved was verified whole on
+// arrival; if not, it returns the CRC-32C of the bytes past a batch's CRC
+// field (what a batch's CRC covers, for a range that is one batch).
+func (t *Tier) addRange(ctx context.Context, r *ColdRead, o object, pos, n int64) (uint32, bool, error) {
+	var pieces [][]byte // usually one or two: a batch spans at most a few chunks
+	verified := true
 	for n > 0 {
 		ci := pos / chunkSize
-		e, err := t.chunk(ctx, key, size, ci)
+		e, err := t.chunk(ctx, o, ci)
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		off := pos - ci*chunkSize
 		take := min(n, int64(len(e.data))-off)
 		if take <= 0 {
 			t.cache.release(e)
-			return 0, fmt.Errorf("tiering: %s: read past the object at %d", key, pos)
+			return 0, false, fmt.Errorf("tiering: %s: read past the object at %d", o.key, pos)
 		}
-		if skip < take {
-			crc = crc32.Update(crc, castagnoli, e.data[off+skip:off+take])
-		}
-		skip = max(skip-take, 0)
-		r.add(e, off, take)
+		verified = verified && e.verified
+		pieces = append(pieces, e.data[off:off+take])
+		r.add(e, off, take) // r holds e from here
 		pos += take
 		n -= take
 	}
-	return crc, nil
+	if verified {
+		return 0, true, nil
+	}
+	var crc uint32
+	skip := log.BatchCRCStart
+	for _, p := range pieces {
+		if skip >= len(p) {
+			skip -= len(p)
+			continue
+		}
+		crc = crc32cYielding(crc, p[skip:])
+		skip = 0
+	}
+	return crc, false, nil
+}
+
+// crc32cYielding is crc32.Update with the Castagnoli table in 1 MiB steps,
+// yielding the processor between them: the checksum of a large read (a few
+// ms of CPU in one assembly call, which the scheduler cannot preempt) must
+// not hold up the goroutines of other requests, such as a tail consumer's.
+func crc32cYielding(crc uint32, b []byte) uint32 {
+	const step = 1 << 20
+	for len(b) > step {
+		crc = crc32.Update(crc, castagnoli, b[:step])
+		b = b[step:]
+		runtime.Gosched()
+	}
+	return crc32.Update(crc, castagnoli, b)
 }
 
 // index returns the remote .index object of a segment (nil if missing).
@@ -238,16 +284,16 @@ func (t *Tier) index(ctx context.Context, pk PartitionKey, base int64) []byte {
 }
 
 // readAt returns n bytes of an object at pos through the chunk cache.
-func (t *Tier) readAt(ctx context.Context, key string, size, pos, n int64) ([]byte, error) {
-	return t.appendAt(ctx, make([]byte, 0, n), key, size, pos, n)
+func (t *Tier) readAt(ctx context.Context, o object, pos, n int64) ([]byte, error) {
+	return t.appendAt(ctx, make([]byte, 0, n), o, pos, n)
 }
 
 // appendAt appends n bytes of an object at pos to out, through the chunk
 // cache, copying each byte once.
-func (t *Tier) appendAt(ctx context.Context, out []byte, key string, size, pos, n int64) ([]byte, error) {
+func (t *Tier) appendAt(ctx context.Context, out []byte, o object, pos, n int64) ([]byte, error) {
 	for n > 0 {
 		ci := pos / chunkSize
-		e, err := t.chunk(ctx, key, size, ci)
+		e, err := t.chunk(ctx, o, ci)
 		if err != nil {
 			return nil, err
 		}
@@ -255,7 +301,7 @@ func (t *Tier) appendAt(ctx context.Context, out []byte, key string, size, pos, 
 		take := min(n, int64(len(e.data))-off)
 		if take <= 0 {
 			t.cache.release(e)
-			return nil, fmt.Errorf("tiering: %s: read past the object at %d", key, pos)
+			return nil, fmt.Errorf("tiering: %s: read past the object at %d", o.key, pos)
 		}
 		out = append(out, e.data[off:off+take]...)
 		t.cache.release(e)
@@ -271,43 +317,43 @@ func (t *Tier) appendAt(ctx context.Context, out []byte, key string, size, pos, 
 // finds them ready. Under a no-wait context a missing chunk is not waited
 // for: its download starts and a *NotReadyError says what to wait on.
 // The caller releases the chunk (t.cache.release) when done with its data.
-func (t *Tier) chunk(ctx context.Context, key string, size, ci int64) (*chunkEntry, error) {
+func (t *Tier) chunk(ctx context.Context, o object, ci int64) (*chunkEntry, error) {
 	if ctx.Value(noWaitKey{}) != nil {
-		if e := t.cache.get(key, ci); e != nil {
-			t.readAheadFrom(key, size, ci)
+		if e := t.cache.get(o.key, ci); e != nil {
+			t.readAheadFrom(o, ci)
 			return e, nil
 		}
 		// The last background download of this chunk failed: say so once
 		// (the fetch answers an error instead of staying empty), then the
 		// next read starts a new download.
 		t.mu.Lock()
-		err, failed := t.failed[chunkID{key, ci}]
-		delete(t.failed, chunkID{key, ci})
+		err, failed := t.failed[chunkID{o.key, ci}]
+		delete(t.failed, chunkID{o.key, ci})
 		t.mu.Unlock()
 		if failed {
 			return nil, err
 		}
-		wait := t.startFetch(key, size, ci)
-		if (ci+1)*chunkSize < size && t.cache.max >= 4*chunkSize {
+		wait := t.startFetch(o, ci)
+		if (ci+1)*chunkSize < o.size && t.cache.max >= 4*chunkSize {
 			// A cold start of a catch-up read: the next chunk downloads
 			// alongside (the read-ahead proper starts once this one is read).
-			t.prefetch(key, size, ci+1)
+			t.prefetch(o, ci+1)
 		}
 		return nil, &NotReadyError{Wait: wait}
 	}
-	c, err := t.fetchChunk(ctx, key, size, ci)
+	c, err := t.fetchChunk(ctx, o, ci)
 	if err == nil {
-		t.readAheadFrom(key, size, ci)
+		t.readAheadFrom(o, ci)
 	}
 	return c, err
 }
 
-func (t *Tier) readAheadFrom(key string, size, ci int64) {
+func (t *Tier) readAheadFrom(o object, ci int64) {
 	// Never read so far ahead that the prefetched chunks evict the one being
 	// read and the next (a batch may span both): a small cache would thrash.
 	n := min(int64(readAhead), t.cache.max/chunkSize-2)
-	for ahead := ci + 1; ahead <= ci+n && ahead*chunkSize < size; ahead++ {
-		t.prefetch(key, size, ahead)
+	for ahead := ci + 1; ahead <= ci+n && ahead*chunkSize < o.size; ahead++ {
+		t.prefetch(o, ahead)
 	}
 }
 
@@ -337,19 +383,19 @@ func (t *Tier) ReadNoWait(ctx context.Context, pk PartitionKey, offset, maxBytes
 	return r, nil, err
 }
 
-func (t *Tier) fetchChunk(ctx context.Context, key string, size, ci int64) (*chunkEntry, error) {
+func (t *Tier) fetchChunk(ctx context.Context, o object, ci int64) (*chunkEntry, error) {
 	for {
-		if e := t.cache.get(key, ci); e != nil {
+		if e := t.cache.get(o.key, ci); e != nil {
 			return e, nil
 		}
-		id := chunkID{key, ci}
+		id := chunkID{o.key, ci}
 		t.mu.Lock()
 		wait, busy := t.inflight[id]
 		if !busy {
 			done := make(chan struct{})
 			t.inflight[id] = done
 			t.mu.Unlock()
-			return t.download(ctx, key, size, ci, done, false)
+			return t.download(ctx, o, ci, done, false)
 		}
 		t.mu.Unlock()
 		select {
@@ -357,7 +403,7 @@ func (t *Tier) fetchChunk(ctx context.Context, key string, size, ci int64) (*chu
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		if e := t.cache.peek(key, ci); e != nil {
+		if e := t.cache.peek(o.key, ci); e != nil {
 			return e, nil
 		}
 		// That download failed (or its chunk is gone already): try ourselves.
@@ -367,38 +413,53 @@ func (t *Tier) fetchChunk(ctx context.Context, key string, size, ci int64) (*chu
 // download fetches a chunk registered in inflight under done, caches it and
 // closes done. A background download (record) that fails leaves its error
 // for the next no-wait read, recorded before done closes.
-func (t *Tier) download(ctx context.Context, key string, size, ci int64, done chan struct{}, record bool) (e *chunkEntry, err error) {
+func (t *Tier) download(ctx context.Context, o object, ci int64, done chan struct{}, record bool) (e *chunkEntry, err error) {
 	defer func() {
 		t.mu.Lock()
-		delete(t.inflight, chunkID{key, ci})
+		delete(t.inflight, chunkID{o.key, ci})
 		if err != nil && record && len(t.failed) < 1024 { // bounded: only the next read needs it
-			t.failed[chunkID{key, ci}] = err
+			t.failed[chunkID{o.key, ci}] = err
 		}
 		t.mu.Unlock()
 		close(done)
 	}()
 	start := ci * chunkSize
-	n := min(chunkSize, size-start)
+	n := min(chunkSize, o.size-start)
 	buf := getChunkBuf()
-	if err = getRangeInto(ctx, t.store, key, start, (*buf)[:n]); err != nil {
+	// The chunk's checksum is computed as the bytes arrive (while they are
+	// in the processor's cache), between socket reads, and the download
+	// yields after each piece: a socket that always has data would let it
+	// run for a whole scheduler slice (10 ms) ahead of other requests.
+	var crc uint32
+	err = getRangeInto(ctx, t.store, o.key, start, (*buf)[:n], func(at int, p []byte) {
+		if at == 0 {
+			crc = 0 // a retry starts over
+		}
+		crc = crc32.Update(crc, castagnoli, p)
+		runtime.Gosched()
+	})
+	if err == nil && o.sums != nil && crc != o.sums[ci] {
+		err = fmt.Errorf("tiering: %s: chunk %d: crc mismatch (corrupt object)", o.key, ci)
+	}
+	if err != nil {
 		putChunkBuf(buf)
 		t.errs.Add(1)
 		return nil, err
 	}
 	t.downloadedBytes.Add(n)
-	return t.cache.put(key, ci, buf, n, !record), nil
+	return t.cache.put(o.key, ci, buf, n, o.sums != nil, crc, !record), nil
 }
 
 // startFetch makes sure a chunk is on its way and returns a channel closed
 // when it is cached (or its download failed).
-func (t *Tier) startFetch(key string, size, ci int64) <-chan struct{} {
-	id := chunkID{key, ci}
+func (t *Tier) startFetch(o object, ci int64) <-chan struct{} {
+	id := chunkID{o.key, ci}
 	t.mu.Lock()
 	if wait, ok := t.inflight[id]; ok {
 		t.mu.Unlock()
 		return wait
 	}
-	if t.cache.has(key, ci) {
+	if t.cache.has(o.key, ci) {
 		t.mu.Unlock()
 		closed := make(chan struct{})
 		close(closed)
@@ -410,16 +471,16 @@ func (t *Tier) startFetch(key string, size, ci int64) <-chan struct{} {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		t.download(ctx, key, size, ci, done, true) // no read-ahead from here: reads drive it
+		t.download(ctx, o, ci, done, true) // no read-ahead from here: reads drive it
 	}()
 	return done
 }
 
 // prefetch downloads a chunk in the background unless it is cached or on
 // its way.
-func (t *Tier) prefetch(key string, size, ci int64) {
-	if !t.cache.has(key, ci) {
-		t.startFetch(key, size, ci)
+func (t *Tier) prefetch(o object, ci int64) {
+	if !t.cache.has(o.key, ci) {
+		t.startFetch(o, ci)
 	}
 }
 
@@ -454,17 +515,21 @@ type chunkID struct {
 
 // chunkEntry is a cached chunk. refs and gone are guarded by chunkCache.mu.
 type chunkEntry struct {
-	id   chunkID
-	data []byte  // (*buf)[:n]
-	buf  *[]byte // from getChunkBuf
-	refs int     // holders: readers, and a spill in progress
-	gone bool    // out of the cache: the buffer is recycled at refs 0
+	id       chunkID
+	data     []byte  // (*buf)[:n]
+	buf      *[]byte // from getChunkBuf
+	verified bool    // data matched the manifest's chunk checksum
+	sum      uint32  // CRC-32C of data
+	refs     int     // holders: readers, and a spill in progress
+	gone     bool    // out of the cache: the buffer is recycled at refs 0
 }
 
 type diskEntry struct {
-	id   chunkID
-	path string
-	size int64
+	id       chunkID
+	path     string
+	size     int64
+	verified bool   // as the chunkEntry spilled
+	sum      uint32 // checked again when the file is read back
 }
 
 // chunkFree recycles chunk buffers (chunkSize each), so a download costs no
@@ -527,20 +592,30 @@ func (c *chunkCache) get(key string, ci int64) *chunkEntry {
 		c.mu.Unlock()
 		return nil
 	}
-	path, size := de.Value.(*diskEntry).path, de.Value.(*diskEntry).size
+	d := *de.Value.(*diskEntry)
 	c.mu.Unlock()
 	buf := getChunkBuf()
-	if err := readFileInto(path, (*buf)[:size]); err != nil { // outside the lock
+	err := readFileInto(d.path, (*buf)[:d.size]) // outside the lock
+	if err == nil && crc32cYielding(0, (*buf)[:d.size]) != d.sum {
+		err = errors.New("tiering: cached chunk file changed on disk")
+	}
+	if err != nil {
 		putChunkBuf(buf)
 		c.mu.Lock()
 		c.misses++
+		if el, ok := c.onDisk[id]; ok && el.Value.(*diskEntry).path == d.path {
+			c.diskLRU.Remove(el)
+			delete(c.onDisk, id)
+			c.diskSize -= d.size
+			os.Remove(d.path)
+		}
 		c.mu.Unlock()
 		return nil
 	}
 	c.mu.Lock()
 	c.hits++
 	c.mu.Unlock()
-	return c.put(key, ci, buf, size, true)
+	return c.put(key, ci, buf, d.size, d.verified, d.sum, true)
 }
 
 func readFileInto(path string, dst []byte) error {
@@ -576,9 +651,10 @@ func (c *chunkCache) peek(key string, ci int64) *chunkEntry {
 }
 
 // put caches the first n bytes of buf (which the cache now owns) as chunk
-// ci of key, and returns the entry, with a reference for the caller if ref
-// (else nil). A chunk already cached keeps its entry and buf is recycled.
-func (c *chunkCache) put(key string, ci int64, buf *[]byte, n int64, ref bool) *chunkEntry {
+// ci of key, with its checksum sum (verified: against the manifest's), and
+// returns the entry, with a reference for the caller if ref (else nil). A
+// chunk already cached keeps its entry and buf is recycled.
+func (c *chunkCache) put(key string, ci int64, buf *[]byte, n int64, verified bool, sum uint32, ref bool) *chunkEntry {
 	c.mu.Lock()
 	id := chunkID{key, ci}
 	var e *chunkEntry
@@ -586,7 +662,7 @@ func (c *chunkCache) put(key string, ci int64, buf *[]byte, n int64, ref bool) *
 		e = el.Value.(*chunkEntry)
 		putChunkBuf(buf)
 	} else {
-		e = &chunkEntry{id: id, data: (*buf)[:n], buf: buf}
+		e = &chunkEntry{id: id, data: (*buf)[:n], buf: buf, verified: verified, sum: sum}
 		c.byKey[id] = c.lru.PushFront(e)
 		c.size += n
 	}
@@ -653,7 +729,7 @@ func (c *chunkCache) spill(e *chunkEntry, drops int64) {
 		os.Remove(path) // spilled twice meanwhile (evicted again after a reload), or dropped
 		return
 	}
-	c.onDisk[e.id] = c.diskLRU.PushFront(&diskEntry{e.id, path, int64(len(e.data))})
+	c.onDisk[e.id] = c.diskLRU.PushFront(&diskEntry{e.id, path, int64(len(e.data)), e.verified, e.sum})
 	c.diskSize += int64(len(e.data))
 	for c.diskSize > c.diskMax {
 		el := c.diskLRU.Back()
@@ -709,9 +785,10 @@ func (t *Tier) BatchForTimestamp(ctx context.Context, pk PartitionKey, ts int64)
 		if seg.MaxTimestamp < ts || seg.Next <= m.LogStartOffset {
 			continue
 		}
-		key := pk.segmentKey(seg.Base, ".log")
+		o := segmentObject(pk, &seg)
+		key := o.key
 		for pos := int64(0); pos < seg.Size; {
-			hdr, err := t.readAt(ctx, key, seg.Size, pos, log.BatchHeaderSize)
+			hdr, err := t.readAt(ctx, o, pos, log.BatchHeaderSize)
 			if err != nil {
 				return nil, err
 			}
@@ -720,7 +797,7 @@ func (t *Tier) BatchForTimestamp(ctx context.Context, pk PartitionKey, ts int64)
 				return nil, fmt.Errorf("tiering: %s at byte %d: bad batch header: %v", key, pos, err)
 			}
 			if h.MaxTimestamp >= ts && h.LastOffset() >= m.LogStartOffset {
-				b, err := t.readAt(ctx, key, seg.Size, pos, int64(h.Length))
+				b, err := t.readAt(ctx, o, pos, int64(h.Length))
 				if err != nil {
 					return nil, err
 				}

@@ -91,9 +91,10 @@ func (r *retryStore) GetRange(ctx context.Context, key string, off, n int64) ([]
 	return out, err
 }
 
-// GetRangeInto implements RangeReader (for any wrapped store).
-func (r *retryStore) GetRangeInto(ctx context.Context, key string, off int64, dst []byte) error {
-	return r.do(ctx, func() error { return getRangeInto(ctx, r.s, key, off, dst) })
+// GetRangeInto implements RangeReader; a retry calls onRead from position 0
+// again.
+func (r *retryStore) GetRangeInto(ctx context.Context, key string, off int64, dst []byte, onRead func(int, []byte)) error {
+	return r.do(ctx, func() error { return getRangeInto(ctx, r.s, key, off, dst, onRead) })
 }
 
 func (r *retryStore) Delete(ctx context.Context, key string) error {

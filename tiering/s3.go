@@ -469,7 +469,7 @@ func (s *S3) GetRange(ctx context.Context, key string, off, n int64) ([]byte, er
 
 // GetRangeInto implements RangeReader with a ranged GetObject read straight
 // into dst.
-func (s *S3) GetRangeInto(ctx context.Context, key string, off int64, dst []byte) error {
+func (s *S3) GetRangeInto(ctx context.Context, key string, off int64, dst []byte, onRead func(int, []byte)) error {
 	if len(dst) == 0 || off < 0 {
 		_, err := s.GetRange(ctx, key, off, int64(len(dst)))
 		return err
@@ -489,7 +489,19 @@ func (s *S3) GetRangeInto(ctx context.Context, key string, off int64, dst []byte
 	if _, err := fmt.Sscanf(cr, "bytes %d-", &start); err != nil || start != off {
 		return fmt.Errorf("s3 get s3://%s/%s: asked %s, got Content-Range %q", s.bucket, s.prefix+key, aws.ToString(in.Range), cr)
 	}
-	return s.readBodyInto(out.Body, key, off, dst)
+	if onRead == nil {
+		return s.readBodyInto(out.Body, key, off, dst)
+	}
+	// In steps, each handed to onRead while still in the processor's cache.
+	const step = 256 << 10
+	for at := 0; at < len(dst); at += step {
+		piece := dst[at:min(at+step, len(dst))]
+		if err := s.readBodyInto(out.Body, key, off+int64(at), piece); err != nil {
+			return err
+		}
+		onRead(at, piece)
+	}
+	return nil
 }
 
 // readBodyInto reads exactly len(dst) bytes of a ranged GET's body.

@@ -52,15 +52,17 @@ type FileLinker interface {
 // RangeReader is implemented by stores that can read a range into the
 // caller's buffer (cold reads download into recycled chunk buffers instead
 // of a fresh allocation per GET). GetRangeInto fills dst with the len(dst)
-// bytes of key at off; a range past the end is an error, as for GetRange.
+// bytes of key at off, calling onRead (if not nil) with each piece as it
+// arrives, in order, and its position in dst (a retry starts again at 0);
+// a range past the end is an error, as for GetRange.
 type RangeReader interface {
-	GetRangeInto(ctx context.Context, key string, off int64, dst []byte) error
+	GetRangeInto(ctx context.Context, key string, off int64, dst []byte, onRead func(at int, p []byte)) error
 }
 
 // getRangeInto is RangeReader.GetRangeInto for any store.
-func getRangeInto(ctx context.Context, s ObjectStore, key string, off int64, dst []byte) error {
+func getRangeInto(ctx context.Context, s ObjectStore, key string, off int64, dst []byte, onRead func(int, []byte)) error {
 	if rr, ok := s.(RangeReader); ok {
-		return rr.GetRangeInto(ctx, key, off, dst)
+		return rr.GetRangeInto(ctx, key, off, dst, onRead)
 	}
 	b, err := s.GetRange(ctx, key, off, int64(len(dst)))
 	if err != nil {
@@ -70,5 +72,8 @@ func getRangeInto(ctx context.Context, s ObjectStore, key string, off int64, dst
 		return fmt.Errorf("tiering: %s [%d,+%d): got %d bytes: %w", key, off, len(dst), len(b), ErrBadRange)
 	}
 	copy(dst, b)
+	if onRead != nil {
+		onRead(0, dst)
+	}
 	return nil
 }

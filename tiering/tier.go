@@ -199,10 +199,17 @@ func (t *Tier) uploadSegment(ctx context.Context, pk PartitionKey, lp *log.Parti
 			// The checksum in a pass of its own (a sealed segment never
 			// changes), so the upload body stays seekable and a transient
 			// failure is retried in this pass.
+			// The same pass sums each chunk, for cold reads to verify
+			// every download.
 			h := crc32.New(castagnoli)
-			if _, err := io.Copy(h, io.NewSectionReader(file, 0, size)); err != nil {
-				file.Close()
-				return meta, fmt.Errorf("tiering: checksum %s: %w", f.path, err)
+			meta.ChunkBytes = chunkSize
+			for off := int64(0); off < size; off += chunkSize {
+				ch := crc32.New(castagnoli)
+				if _, err := io.Copy(io.MultiWriter(h, ch), io.NewSectionReader(file, off, min(chunkSize, size-off))); err != nil {
+					file.Close()
+					return meta, fmt.Errorf("tiering: checksum %s: %w", f.path, err)
+				}
+				meta.ChunkCRC32C = append(meta.ChunkCRC32C, ch.Sum32())
 			}
 			meta.CRC32C = h.Sum32()
 			// A local-directory store on the same file system takes the
