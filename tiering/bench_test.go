@@ -295,14 +295,49 @@ func BenchmarkUploadKeepsUp(b *testing.B) {
 // catch-up reader on another topic, and reports both p99s and their ratio
 // (issue goal: within 1.5×). The broker (`synapse serve`), versitygw and the
 // cold reader are separate processes; the tail producer and consumer run
-// here.
+// here. Controls in the same run: the same catch-up read of a topic kept on
+// local disk, and a second broker whose cold reads are bounded by
+// --tier-fetch-max-bytes-per-second (tailRateLimit).
 func BenchmarkTailLatencyUnderColdLoad(b *testing.B) {
 	vgw := tiering.RunVersitygw(b)
-	// A small cache, so cold reads keep downloading.
-	br := startSynapseProc(b, synapseBin(b), vgw, "tail", "--tier-cache-bytes", fmt.Sprint(16<<20), "--tier-disk-cache-bytes", "0")
-	cl := kclientTB(b, br.addr, kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerLinger(0))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	br, cl := tailBroker(b, ctx, vgw, "tail")
+	brLim, clLim := tailBroker(b, ctx, vgw, "tail-limited", "--tier-fetch-max-bytes-per-second", fmt.Sprint(tailRateLimit))
+	p99 := func(br *procBroker, cl *kgo.Client, readTopic string) float64 {
+		if readTopic != "" {
+			stop := startColdReader(b, br.addr, readTopic)
+			defer stop()
+			time.Sleep(500 * time.Millisecond) // the catch-up reader is reading
+		}
+		return float64(tailP99(b, ctx, br, cl).Microseconds()) / 1000
+	}
+	for i := 0; i < b.N; i++ {
+		quiet := p99(br, cl, "")
+		loaded := p99(br, cl, "cold")
+		local := p99(br, cl, "hot")
+		quietLim := p99(brLim, clLim, "")
+		loadedLim := p99(brLim, clLim, "cold")
+		b.ReportMetric(quiet, "p99-quiet-ms")
+		b.ReportMetric(loaded, "p99-cold-load-ms")
+		b.ReportMetric(local, "p99-local-load-ms")
+		b.ReportMetric(loaded/quiet, "ratio")
+		b.ReportMetric(loadedLim/quietLim, "ratio-rate-limited")
+	}
+}
+
+// tailRateLimit is the cold-read rate of the limited broker in
+// BenchmarkTailLatencyUnderColdLoad: 100 MiB/s.
+const tailRateLimit = 100 << 20
+
+// tailBroker starts a broker for BenchmarkTailLatencyUnderColdLoad with a
+// small chunk cache (so cold reads keep downloading) and three topics:
+// "cold" (64 MiB, all in the bucket), "hot" (the same, kept on local disk)
+// and "tail"; it returns once every sealed segment is uploaded.
+func tailBroker(b *testing.B, ctx context.Context, vgw *tiering.VersitygwServer, prefix string, args ...string) (*procBroker, *kgo.Client) {
+	args = append([]string{"--tier-cache-bytes", fmt.Sprint(16 << 20), "--tier-disk-cache-bytes", "0"}, args...)
+	br := startSynapseProc(b, synapseBin(b), vgw, prefix, args...)
+	cl := kclientTB(b, br.addr, kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerLinger(0))
 	adm := kadm.NewClient(cl)
 	cfg := map[string]*string{"segment.bytes": ptr(fmt.Sprint(8 << 20)), "local.retention.bytes": ptr("0"), "retention.ms": ptr("-1")}
 	if _, err := adm.CreateTopic(ctx, 1, 1, cfg, "cold"); err != nil {
@@ -311,7 +346,6 @@ func BenchmarkTailLatencyUnderColdLoad(b *testing.B) {
 	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "tail"); err != nil {
 		b.Fatal(err)
 	}
-	// The control: the same catch-up read of a topic kept on local disk.
 	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"local.retention.bytes": ptr("-1"), "retention.ms": ptr("-1")}, "hot"); err != nil {
 		b.Fatal(err)
 	}
@@ -327,68 +361,50 @@ func BenchmarkTailLatencyUnderColdLoad(b *testing.B) {
 	for {
 		st := br.status(b)
 		if st.Tier.LagSegments == 0 && st.Tier.UploadedSegments >= 6 {
-			break
+			return br, cl
 		}
 		if ctx.Err() != nil {
 			b.Fatal("uploads never caught up")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	measure := func() time.Duration {
-		cons := kclientTB(b, br.addr, kgo.ConsumeTopics("tail"), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchMaxWait(time.Second))
-		defer cons.Close()
-		jctx, jcancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		cons.PollFetches(jctx) // join at the end before timing
-		jcancel()
-		var lats []time.Duration
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for len(lats) < 500 {
-				fs := cons.PollFetches(ctx)
-				if ctx.Err() != nil {
-					return
-				}
-				now := time.Now()
-				fs.EachRecord(func(r *kgo.Record) {
-					sent, _ := time.Parse(time.RFC3339Nano, string(r.Value))
-					lats = append(lats, now.Sub(sent))
-				})
+}
+
+// tailP99 produces 500 timestamped records to "tail", one every 2 ms with
+// acks=all, and returns the p99 of produce-to-fetch latency seen by a
+// consumer at the end of the topic.
+func tailP99(b *testing.B, ctx context.Context, br *procBroker, cl *kgo.Client) time.Duration {
+	cons := kclientTB(b, br.addr, kgo.ConsumeTopics("tail"), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchMaxWait(time.Second))
+	defer cons.Close()
+	jctx, jcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	cons.PollFetches(jctx) // join at the end before timing
+	jcancel()
+	var lats []time.Duration
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for len(lats) < 500 {
+			fs := cons.PollFetches(ctx)
+			if ctx.Err() != nil {
+				return
 			}
-		}()
-		var plats []time.Duration
-		for i := 0; i < 500; i++ {
-			t0 := time.Now()
-			cl.ProduceSync(ctx, &kgo.Record{Topic: "tail", Value: []byte(time.Now().Format(time.RFC3339Nano))})
-			plats = append(plats, time.Since(t0))
-			time.Sleep(2 * time.Millisecond)
+			now := time.Now()
+			fs.EachRecord(func(r *kgo.Record) {
+				sent, _ := time.Parse(time.RFC3339Nano, string(r.Value))
+				lats = append(lats, now.Sub(sent))
+			})
 		}
-		<-done
-		if os.Getenv("RAW_DEBUG") != "" {
-			slices.Sort(plats)
-			fmt.Fprintf(os.Stderr, "produce p50 %v p99 %v\n", plats[len(plats)/2], plats[len(plats)*99/100])
-		}
-		slices.Sort(lats)
-		if len(lats) == 0 {
-			b.Fatal("no tail records consumed")
-		}
-		return lats[len(lats)*99/100]
+	}()
+	for i := 0; i < 500; i++ {
+		cl.ProduceSync(ctx, &kgo.Record{Topic: "tail", Value: []byte(time.Now().Format(time.RFC3339Nano))})
+		time.Sleep(2 * time.Millisecond)
 	}
-	for i := 0; i < b.N; i++ {
-		quiet := measure()
-		stop := startColdReader(b, br.addr, "cold")
-		time.Sleep(500 * time.Millisecond) // the cold reader is reading
-		loaded := measure()
-		stop()
-		stop = startColdReader(b, br.addr, "hot")
-		time.Sleep(500 * time.Millisecond)
-		hot := measure()
-		stop()
-		b.ReportMetric(float64(quiet.Microseconds())/1000, "p99-quiet-ms")
-		b.ReportMetric(float64(loaded.Microseconds())/1000, "p99-cold-load-ms")
-		b.ReportMetric(float64(hot.Microseconds())/1000, "p99-local-load-ms")
-		b.ReportMetric(float64(loaded)/float64(quiet), "ratio")
+	<-done
+	slices.Sort(lats)
+	if len(lats) == 0 {
+		b.Fatal("no tail records consumed")
 	}
+	return lats[len(lats)*99/100]
 }
 
 // rawFetchAll reads partition 0 of topic from offset 0 to its high

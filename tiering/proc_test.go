@@ -156,9 +156,6 @@ func procCPU(pid int) time.Duration {
 func startColdReader(tb testing.TB, addr, topic string) (stop func()) {
 	tb.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestColdReaderProcess$", "-test.count=1")
-	if n := os.Getenv("NICE_READER"); n != "" {
-		cmd = exec.Command("nice", "-n", n, os.Args[0], "-test.run=^TestColdReaderProcess$", "-test.count=1")
-	}
 	cmd.Env = append(os.Environ(), "COLD_READER_ADDR="+addr, "COLD_READER_TOPIC="+topic)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

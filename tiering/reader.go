@@ -425,6 +425,26 @@ func (t *Tier) download(ctx context.Context, o object, ci int64, done chan struc
 	}()
 	start := ci * chunkSize
 	n := min(chunkSize, o.size-start)
+	if t.fetchRate != nil {
+		// Wait our turn (never an error: a read waits, it does not fail).
+		res := t.fetchRate.ReserveN(time.Now(), int(n)) // n <= the burst: always possible
+		if d := res.Delay(); d > 0 {
+			tm := time.NewTimer(d)
+			select {
+			case <-tm.C:
+			case <-ctx.Done():
+				tm.Stop()
+				res.Cancel()
+				return nil, ctx.Err()
+			}
+		}
+	}
+	if record {
+		// A background download's deadline starts after its turn came.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+	}
 	buf := getChunkBuf()
 	// The chunk's checksum is computed as the bytes arrive (while they are
 	// in the processor's cache), between socket reads, and the download
@@ -468,11 +488,7 @@ func (t *Tier) startFetch(o object, ci int64) <-chan struct{} {
 	done := make(chan struct{})
 	t.inflight[id] = done
 	t.mu.Unlock()
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		t.download(ctx, o, ci, done, true) // no read-ahead from here: reads drive it
-	}()
+	go t.download(context.Background(), o, ci, done, true) // no read-ahead from here: reads drive it
 	return done
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/synapsebroker/synapse/log"
 )
@@ -52,6 +53,7 @@ type Tier struct {
 	mu        sync.Mutex
 	manifests map[PartitionKey]*Manifest
 	indexes   *indexCache               // remote .index objects by key (LRU, bounded)
+	fetchRate *rate.Limiter             // cold-read downloads, bytes/s; nil: unlimited
 	inflight  map[chunkID]chan struct{} // chunk downloads under way
 	failed    map[chunkID]error         // last background download error, reported once
 
@@ -75,6 +77,20 @@ func New(store ObjectStore, logger *zap.Logger, cacheBytes int64) *Tier {
 // to the cold-read cache: chunks evicted from memory spill there.
 func (t *Tier) SetDiskCache(dir string, diskBytes int64) error {
 	return t.cache.setDisk(dir, diskBytes)
+}
+
+// SetFetchRate bounds the bytes cold reads download per second (as Kafka's
+// remote.log.manager.fetch.max.bytes.per.second, KIP-956): downloads wait
+// their turn, so catch-up readers cannot take the machine from the tail's
+// producers and consumers. 0 means unlimited. Call before serving.
+func (t *Tier) SetFetchRate(bytesPerSec int64) {
+	if bytesPerSec <= 0 {
+		t.fetchRate = nil
+		return
+	}
+	// A burst of one chunk (the largest single download), starting empty.
+	t.fetchRate = rate.NewLimiter(rate.Limit(bytesPerSec), chunkSize)
+	t.fetchRate.AllowN(time.Now(), chunkSize)
 }
 
 // Store returns the underlying object store.

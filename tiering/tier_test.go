@@ -542,3 +542,37 @@ func TestLinkFileLeavesNoTemp(t *testing.T) {
 		t.Fatalf("object: %q %v", b, err)
 	}
 }
+
+// TestFetchRateBoundsColdDownloads: with a cold-read rate, downloads wait
+// their turn; nothing fails, and reading everything takes at least as long
+// as the rate allows.
+func TestFetchRateBoundsColdDownloads(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.produce(60, 1000)
+	if _, err := f.tier.Upload(ctx, f.pk, f.lp); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.tier.ReleaseLocal(ctx, f.pk, f.lp, 0, -1, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	m, err := f.tier.Manifest(ctx, f.pk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tiered int64
+	for _, s := range m.Segments {
+		tiered += s.Size
+	}
+	const bps = 100 << 10
+	f.tier = New(f.store, zaptest.NewLogger(t), 1<<20)
+	f.tier.SetFetchRate(bps)
+	start := time.Now()
+	f.readAll(0)
+	if el, least := time.Since(start), time.Duration(tiered)*time.Second/bps; el < least*9/10 {
+		t.Fatalf("read %d bytes cold in %v; the rate allows no less than %v", tiered, el, least)
+	}
+	if got := f.tier.Stats().DownloadedBytes; got < tiered {
+		t.Fatalf("downloaded %d of %d bytes", got, tiered)
+	}
+}

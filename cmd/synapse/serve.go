@@ -45,6 +45,7 @@ type serveOptions struct {
 	tier              string
 	tierCacheBytes    int64
 	tierDiskCache     int64
+	tierFetchRate     int64
 	maintenance       time.Duration
 	diskBudget        int64
 	groupDelay        time.Duration
@@ -71,6 +72,7 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.tier, "tier", "", "tiered store for sealed segments: none, file://path or s3://bucket/prefix?endpoint=..&region=..&path_style=true "+
 		"(default file://<data-dir>/tier)")
 	fs.Int64Var(&o.tierCacheBytes, "tier-cache-bytes", 256<<20, "memory budget of the cold-read chunk cache")
+	fs.Int64Var(&o.tierFetchRate, "tier-fetch-max-bytes-per-second", 0, "bound on the bytes cold reads download from the tiered store per second, to keep catch-up readers from starving tail traffic (Kafka's remote.log.manager.fetch.max.bytes.per.second); 0 = unlimited, else at least 1 MiB")
 	fs.Int64Var(&o.tierDiskCache, "tier-disk-cache-bytes", 1<<30, "local-disk budget of the cold-read chunk cache (<data-dir>/tier-cache, emptied at start); 0 disables it")
 	fs.Int64Var(&o.diskBudget, "local-disk-budget", 0,
 		"with tiering: bytes of local segments above which produce is refused (retriable) until uploads catch up; 0 = no cap")
@@ -96,6 +98,9 @@ func (o *serveOptions) validate() error {
 		if _, _, err := net.SplitHostPort(o.advertisedAddr); err != nil {
 			errs = append(errs, fmt.Errorf("--advertised-addr %q: %w", o.advertisedAddr, err))
 		}
+	}
+	if o.tierFetchRate != 0 && o.tierFetchRate < 1<<20 {
+		errs = append(errs, fmt.Errorf("--tier-fetch-max-bytes-per-second %d: 0 (unlimited) or at least 1 MiB", o.tierFetchRate))
 	}
 	if o.tierCacheBytes < 16<<20 {
 		errs = append(errs, fmt.Errorf("--tier-cache-bytes %d: at least 16 MiB (two 8 MiB chunks)", o.tierCacheBytes))
@@ -186,6 +191,7 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 		// Transient store errors (503 SlowDown, timeouts) are retried with
 		// backoff; whatever still fails is retried on the next pass.
 		tier = tiering.New(tiering.Retrying(store, 5), logger.Named("tiering"), o.tierCacheBytes)
+		tier.SetFetchRate(o.tierFetchRate)
 		if o.tierDiskCache > 0 {
 			if err := tier.SetDiskCache(filepath.Join(dataDir, "tier-cache"), o.tierDiskCache); err != nil {
 				ln.Close()
