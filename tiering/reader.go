@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/synapsebroker/synapse/log"
 )
 
@@ -51,8 +53,9 @@ type ColdRead struct {
 	Len   int64
 	Next  int64
 
-	cache *chunkCache
-	held  []*chunkEntry
+	cache  *chunkCache
+	owners []*chunkEntry // the chunk each part is a slice of
+	held   []*chunkEntry // references to release
 }
 
 // Release unpins the chunks; Parts must not be used afterwards.
@@ -63,7 +66,7 @@ func (r *ColdRead) Release() {
 	for _, e := range r.held {
 		r.cache.release(e)
 	}
-	r.held, r.Parts, r.Len = nil, nil, 0
+	r.held, r.owners, r.Parts, r.Len = nil, nil, nil, 0
 }
 
 // Bytes returns the batches as one copied slice.
@@ -75,27 +78,31 @@ func (r *ColdRead) Bytes() []byte {
 	return out
 }
 
-// add appends bytes [off, off+n) of a held chunk, joining the previous part
-// when it ends where this starts in the same chunk.
+// add appends bytes [off, off+n) of chunk e, whose reference it takes
+// over, joining the previous part when that ends where this starts in the
+// same chunk.
 func (r *ColdRead) add(e *chunkEntry, off, n int64) {
 	if k := len(r.held); k > 0 && r.held[k-1] == e {
-		r.cache.release(e) // already held once
-		last := &r.Parts[len(r.Parts)-1]
-		if end := cap(e.data) - cap(*last) + len(*last); int64(end) == off {
-			*last = (*last)[:len(*last)+int(n)]
-			r.Len += n
-			return
-		}
+		r.cache.release(e) // held once already
 	} else {
 		r.held = append(r.held, e)
 	}
-	r.Parts = append(r.Parts, e.data[off:off+n])
 	r.Len += n
+	if k := len(r.Parts); k > 0 && r.owners[k-1] == e {
+		last := &r.Parts[k-1]
+		if start := cap(e.data) - cap(*last); int64(start+len(*last)) == off {
+			*last = (*last)[:len(*last)+int(n)]
+			return
+		}
+	}
+	r.Parts = append(r.Parts, e.data[off:off+n])
+	r.owners = append(r.owners, e)
 }
 
-// truncate drops what was added after a mark (len(Parts), Len).
+// truncate drops what was added after a mark (len(Parts), Len, and the
+// length then of the last part); the chunks stay held until Release.
 func (r *ColdRead) truncate(parts int, n int64, last int) {
-	r.Parts, r.Len = r.Parts[:parts], n
+	r.Parts, r.owners, r.Len = r.Parts[:parts], r.owners[:parts], n
 	if parts > 0 {
 		r.Parts[parts-1] = r.Parts[parts-1][:last]
 	}
@@ -166,6 +173,11 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 	if offset > seg.Base {
 		pos = log.IndexLookup(t.index(ctx, pk, seg.Base), seg.Base, offset)
 	}
+	// A position from the remote index (derived data, not checksummed) is
+	// suspect until the first batch served from it passes its own CRC:
+	// verified chunks prove the bytes, not that a batch starts there. If it
+	// does not, the index is dropped and the segment walked from its start.
+	suspect := pos > 0
 	var hbuf [log.BatchHeaderSize]byte
 	for pos < seg.Size {
 		hdr, err := t.appendAt(ctx, hbuf[:0], o, pos, log.BatchHeaderSize)
@@ -174,6 +186,11 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 		}
 		h, err := log.ParseBatchHeader(hdr)
 		if err != nil || pos+int64(h.Length) > seg.Size {
+			if suspect {
+				t.badIndex(pk, seg.Base)
+				pos, suspect = 0, false
+				continue
+			}
 			t.cache.dropKey(key)
 			return false, fmt.Errorf("tiering: %s at byte %d: bad batch header: %v", key, pos, err)
 		}
@@ -188,17 +205,23 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 		if parts > 0 {
 			last = len(r.Parts[parts-1])
 		}
-		crc, verified, err := t.addRange(ctx, r, o, pos, int64(h.Length))
+		crc, verified, err := t.addRange(ctx, r, o, pos, int64(h.Length), suspect)
 		if err != nil {
 			r.truncate(parts, n, last) // keep the whole batches read so far
 			return false, err
 		}
-		if !verified && crc != h.CRC {
+		if (suspect || !verified) && crc != h.CRC {
 			r.truncate(parts, n, last)
+			if suspect { // the index, or the data: walking from the start tells
+				t.badIndex(pk, seg.Base)
+				pos, suspect = 0, false
+				continue
+			}
 			t.cache.dropKey(key)
 			t.errs.Add(1)
 			return false, fmt.Errorf("tiering: %s at byte %d: crc mismatch in batch %d", key, pos, h.BaseOffset)
 		}
+		suspect = false
 		r.Next = h.NextOffset()
 		pos += int64(h.Length)
 		if r.Len >= maxBytes {
@@ -210,9 +233,10 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 
 // addRange adds n bytes of an object at pos to r as slices of its cached
 // chunks. It reports whether every chunk involved was verified whole on
-// arrival; if not, it returns the CRC-32C of the bytes past a batch's CRC
-// field (what a batch's CRC covers, for a range that is one batch).
-func (t *Tier) addRange(ctx context.Context, r *ColdRead, o object, pos, n int64) (uint32, bool, error) {
+// arrival; if not (or if sumAnyway), it returns the CRC-32C of the bytes
+// past a batch's CRC field (what a batch's CRC covers, for a range that is
+// one batch).
+func (t *Tier) addRange(ctx context.Context, r *ColdRead, o object, pos, n int64, sumAnyway bool) (uint32, bool, error) {
 	var pieces [][]byte // usually one or two: a batch spans at most a few chunks
 	verified := true
 	for n > 0 {
@@ -233,7 +257,7 @@ func (t *Tier) addRange(ctx context.Context, r *ColdRead, o object, pos, n int64
 		pos += take
 		n -= take
 	}
-	if verified {
+	if verified && !sumAnyway {
 		return 0, true, nil
 	}
 	var crc uint32
@@ -246,7 +270,7 @@ func (t *Tier) addRange(ctx context.Context, r *ColdRead, o object, pos, n int64
 		crc = crc32cYielding(crc, p[skip:])
 		skip = 0
 	}
-	return crc, false, nil
+	return crc, verified, nil
 }
 
 // crc32cYielding is crc32.Update with the Castagnoli table in 1 MiB steps,
@@ -281,6 +305,15 @@ func (t *Tier) index(ctx context.Context, pk PartitionKey, base int64) []byte {
 	t.indexes.put(key, b) // nil for a missing index: derived data, a scan works
 	t.mu.Unlock()
 	return b
+}
+
+// badIndex forgets a segment's remote index for good (until it leaves the
+// index cache): reads walk the segment from its start instead.
+func (t *Tier) badIndex(pk PartitionKey, base int64) {
+	t.logger.Warn("remote index points inside a batch; scanning the segment instead", zap.String("key", pk.segmentKey(base, ".index")))
+	t.mu.Lock()
+	t.indexes.put(pk.segmentKey(base, ".index"), nil)
+	t.mu.Unlock()
 }
 
 // readAt returns n bytes of an object at pos through the chunk cache.
@@ -609,6 +642,7 @@ func (c *chunkCache) get(key string, ci int64) *chunkEntry {
 		return nil
 	}
 	d := *de.Value.(*diskEntry)
+	drops := c.drops
 	c.mu.Unlock()
 	buf := getChunkBuf()
 	err := readFileInto(d.path, (*buf)[:d.size]) // outside the lock
@@ -629,6 +663,12 @@ func (c *chunkCache) get(key string, ci int64) *chunkEntry {
 		return nil
 	}
 	c.mu.Lock()
+	if c.drops != drops { // the object was found corrupt meanwhile
+		c.misses++
+		c.mu.Unlock()
+		putChunkBuf(buf)
+		return nil
+	}
 	c.hits++
 	c.mu.Unlock()
 	return c.put(key, ci, buf, d.size, d.verified, d.sum, true)

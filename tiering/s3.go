@@ -323,7 +323,11 @@ func getBodyBuf(n int64) *[]byte {
 	return &b
 }
 
-func putBodyBuf(bp *[]byte) { bodyBufs.Put(bp) }
+func putBodyBuf(bp *[]byte) {
+	if cap(*bp) >= 1<<20 { // small ones (indexes, manifests) are not worth keeping
+		bodyBufs.Put(bp)
+	}
+}
 
 func (s *S3) putMultipart(ctx context.Context, op, key string, r io.Reader, size int64, ifNoneMatch *string) (err error) {
 	partSize := s.partSize
@@ -370,6 +374,7 @@ func (s *S3) putMultipart(ctx context.Context, op, key string, r io.Reader, size
 			}
 			return fmt.Errorf("s3 %s %q: read body at %d of %d: %w", op, key, off, size, err)
 		}
+		partSum := crc32cHeader(buf[:n], nil)
 		up, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
 			Bucket:         aws.String(s.bucket),
 			Key:            full,
@@ -377,16 +382,20 @@ func (s *S3) putMultipart(ctx context.Context, op, key string, r io.Reader, size
 			PartNumber:     aws.Int32(num),
 			Body:           bytes.NewReader(buf[:n]),
 			ContentLength:  aws.Int64(n),
-			ChecksumCRC32C: crc32cHeader(buf[:n], nil),
+			ChecksumCRC32C: partSum,
 		}, unsignedPayload)
 		if err != nil {
 			recycle = false
 			return s.s3Err(fmt.Sprintf("%s (part %d)", op, num), key, err)
 		}
+		sum := up.ChecksumCRC32C
+		if sum == nil { // a server that does not echo it: the one we sent
+			sum = partSum
+		}
 		parts = append(parts, types.CompletedPart{
 			ETag:           up.ETag,
 			PartNumber:     aws.Int32(num),
-			ChecksumCRC32C: up.ChecksumCRC32C,
+			ChecksumCRC32C: sum,
 		})
 	}
 	_, err = s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
@@ -489,19 +498,40 @@ func (s *S3) GetRangeInto(ctx context.Context, key string, off int64, dst []byte
 	if _, err := fmt.Sscanf(cr, "bytes %d-", &start); err != nil || start != off {
 		return fmt.Errorf("s3 get s3://%s/%s: asked %s, got Content-Range %q", s.bucket, s.prefix+key, aws.ToString(in.Range), cr)
 	}
+	if out.ContentLength != nil && *out.ContentLength < int64(len(dst)) {
+		// The server clipped the range at the end of the object.
+		return fmt.Errorf("s3 get %q [%d,+%d): got %d bytes: %w", key, off, len(dst), *out.ContentLength, ErrBadRange)
+	}
+	// From here a short body is a cut connection, which is retried (not a
+	// bad range, which is final).
+	body := &shortIsTransient{out.Body}
 	if onRead == nil {
-		return s.readBodyInto(out.Body, key, off, dst)
+		return s.readBodyInto(body, key, off, dst)
 	}
 	// In steps, each handed to onRead while still in the processor's cache.
 	const step = 256 << 10
 	for at := 0; at < len(dst); at += step {
 		piece := dst[at:min(at+step, len(dst))]
-		if err := s.readBodyInto(out.Body, key, off+int64(at), piece); err != nil {
+		if err := s.readBodyInto(body, key, off+int64(at), piece); err != nil {
 			return err
 		}
 		onRead(at, piece)
 	}
 	return nil
+}
+
+// shortIsTransient turns the early end of a body whose length was checked
+// into an error that is retried: the connection was cut.
+type shortIsTransient struct{ r io.Reader }
+
+var errBodyCut = errors.New("response body cut short")
+
+func (b *shortIsTransient) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err == io.EOF {
+		err = errBodyCut
+	}
+	return n, err
 }
 
 // readBodyInto reads exactly len(dst) bytes of a ranged GET's body.
@@ -574,7 +604,7 @@ func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
 }
 
 // unsignedPayload signs requests without hashing the body (SigV4
-// UNSIGNED-PAYLOAD): the body's integrity is carried by its CRC32 checksum
+// UNSIGNED-PAYLOAD): the body's integrity is carried by its CRC-32C checksum
 // instead, and hashing every uploaded byte with SHA-256 was the uploader's
 // main CPU cost.
 func unsignedPayload(o *s3.Options) {

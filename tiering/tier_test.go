@@ -576,3 +576,54 @@ func TestFetchRateBoundsColdDownloads(t *testing.T) {
 		t.Fatalf("downloaded %d of %d bytes", got, tiered)
 	}
 }
+
+// TestColdReadSurvivesIndexPointingInsideABatch: a remote index whose
+// entries (checksum and all) point into the middle of batches must not turn
+// verified chunks into garbage: the first batch read from it fails its CRC,
+// the index is dropped and the segment is walked from its start.
+func TestColdReadSurvivesIndexPointingInsideABatch(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.produce(60, 1000)
+	if _, err := f.tier.Upload(ctx, f.pk, f.lp); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.tier.ReleaseLocal(ctx, f.pk, f.lp, 0, -1, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	m, err := f.tier.Manifest(ctx, f.pk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const hdr = 48 // log's index header: magic, version, kind, fields, n, crc
+	bent := 0
+	for _, seg := range m.Segments {
+		key := f.pk.segmentKey(seg.Base, ".index")
+		idx, err := f.store.GetRange(ctx, key, 0, -1)
+		if err != nil || len(idx) <= hdr {
+			continue
+		}
+		be := binary.BigEndian
+		for e := idx[hdr:]; len(e) >= 8; e = e[8:] {
+			be.PutUint32(e[4:], be.Uint32(e[4:])+7) // 7 bytes into the batch
+		}
+		be.PutUint32(idx[44:], crc32.Update(crc32.Checksum(idx[:44], crc32.MakeTable(crc32.Castagnoli)), crc32.MakeTable(crc32.Castagnoli), idx[hdr:]))
+		f.store.Put(ctx, key, bytes.NewReader(idx), int64(len(idx)))
+		bent++
+	}
+	if bent == 0 {
+		t.Fatal("no index entries to bend")
+	}
+	f.tier = New(f.store, zaptest.NewLogger(t), 1<<20)
+	// Every offset read on its own, so each read starts from an index lookup.
+	for off := m.LogStartOffset; off < m.Next(); off++ {
+		got, _, err := f.tier.Read(ctx, f.pk, off, 1)
+		if err != nil {
+			t.Fatalf("read %d: %v", off, err)
+		}
+		h, err := log.ParseBatchHeader(got)
+		if err != nil || h.BaseOffset > off || h.LastOffset() < off || !bytes.Equal(got, f.want[h.BaseOffset]) {
+			t.Fatalf("read %d: wrong batch (header %+v, err %v)", off, h, err)
+		}
+	}
+}
