@@ -97,6 +97,8 @@ bench: build tools
 	cd bench && $(GO) build -o $(CURDIR)/bin/kfake ./kfake
 	cd bench && $(GO) run ./runner -synapse $(CURDIR)/bin/synapse -kfake $(CURDIR)/bin/kfake $(SIDE_BY_SIDE_ARGS)
 	./bin/synapse bench log $(BENCH_ARGS)
+	@# Flush what the runs above left dirty, so its writeback does not run during the tiering benchmarks.
+	sync
 	cd tiering && TIERING_REQUIRE_S3=1 VERSITYGW_BIN="$(TOOLS_BIN)/versitygw" SYNAPSE_BIN=$(CURDIR)/bin/synapse \
 		$(GO) test -run '^$$' -bench 'ColdCatchUp|UploadKeepsUp|TailLatency' -benchtime 3x .
 	@# The cold catch-up again with the broker on a CPU of its own (S3 server and clients on the other one).

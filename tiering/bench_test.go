@@ -322,13 +322,15 @@ func BenchmarkTailLatencyUnderColdLoad(b *testing.B) {
 		b.ReportMetric(loaded, "p99-cold-load-ms")
 		b.ReportMetric(local, "p99-local-load-ms")
 		b.ReportMetric(loaded/quiet, "ratio")
+		b.ReportMetric(quietLim, "p99-quiet-rate-limited-ms")
+		b.ReportMetric(loadedLim, "p99-cold-load-rate-limited-ms")
 		b.ReportMetric(loadedLim/quietLim, "ratio-rate-limited")
 	}
 }
 
 // tailRateLimit is the cold-read rate of the limited broker in
-// BenchmarkTailLatencyUnderColdLoad: 100 MiB/s.
-const tailRateLimit = 100 << 20
+// BenchmarkTailLatencyUnderColdLoad: 32 MiB/s.
+const tailRateLimit = 32 << 20
 
 // tailBroker starts a broker for BenchmarkTailLatencyUnderColdLoad with a
 // small chunk cache (so cold reads keep downloading) and three topics:

@@ -458,37 +458,32 @@ func (t *Tier) download(ctx context.Context, o object, ci int64, done chan struc
 	}()
 	start := ci * chunkSize
 	n := min(chunkSize, o.size-start)
-	if t.fetchRate != nil {
-		// Wait our turn (never an error: a read waits, it does not fail).
-		res := t.fetchRate.ReserveN(time.Now(), int(n)) // n <= the burst: always possible
-		if d := res.Delay(); d > 0 {
-			tm := time.NewTimer(d)
-			select {
-			case <-tm.C:
-			case <-ctx.Done():
-				tm.Stop()
-				res.Cancel()
-				return nil, ctx.Err()
-			}
-		}
-	}
+	progress := func() {}
 	if record {
-		// A background download's deadline starts after its turn came.
+		// A background download gives up after a minute without progress
+		// (a rate-paced one may take longer than that in all).
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Minute)
-		defer cancel()
+		ctx, cancel = context.WithCancel(ctx)
+		stall := time.AfterFunc(time.Minute, cancel)
+		defer func() { stall.Stop(); cancel() }()
+		progress = func() { stall.Reset(time.Minute) }
 	}
 	buf := getChunkBuf()
 	// The chunk's checksum is computed as the bytes arrive (while they are
 	// in the processor's cache), between socket reads, and the download
 	// yields after each piece: a socket that always has data would let it
 	// run for a whole scheduler slice (10 ms) ahead of other requests.
+	// Under --tier-fetch-max-bytes-per-second each piece also waits its
+	// turn, which paces the GET itself (TCP flow control slows the server)
+	// rather than letting whole chunks through in bursts.
 	var crc uint32
 	err = getRangeInto(ctx, t.store, o.key, start, (*buf)[:n], func(at int, p []byte) {
 		if at == 0 {
 			crc = 0 // a retry starts over
 		}
 		crc = crc32.Update(crc, castagnoli, p)
+		t.pace(len(p))
+		progress()
 		runtime.Gosched()
 	})
 	if err == nil && o.sums != nil && crc != o.sums[ci] {
@@ -501,6 +496,19 @@ func (t *Tier) download(ctx context.Context, o object, ci int64, done chan struc
 	}
 	t.downloadedBytes.Add(n)
 	return t.cache.put(o.key, ci, buf, n, o.sums != nil, crc, !record), nil
+}
+
+// pace waits until n more downloaded bytes fit the cold-read rate (a read
+// waits, it never fails for it).
+func (t *Tier) pace(n int) {
+	if t.fetchRate == nil {
+		return
+	}
+	for n > 0 {
+		k := min(n, t.fetchRate.Burst())
+		time.Sleep(t.fetchRate.ReserveN(time.Now(), k).Delay())
+		n -= k
+	}
 }
 
 // startFetch makes sure a chunk is on its way and returns a channel closed

@@ -88,9 +88,11 @@ func (t *Tier) SetFetchRate(bytesPerSec int64) {
 		t.fetchRate = nil
 		return
 	}
-	// A burst of one chunk (the largest single download), starting empty.
-	t.fetchRate = rate.NewLimiter(rate.Limit(bytesPerSec), chunkSize)
-	t.fetchRate.AllowN(time.Now(), chunkSize)
+	// A burst of one download step (256 KiB), starting empty: downloads
+	// are paced step by step, not let through a chunk at a time.
+	const burst = 256 << 10
+	t.fetchRate = rate.NewLimiter(rate.Limit(bytesPerSec), burst)
+	t.fetchRate.AllowN(time.Now(), burst)
 }
 
 // Store returns the underlying object store.
