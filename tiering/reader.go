@@ -736,7 +736,7 @@ func (c *chunkCache) put(key string, ci int64, buf *[]byte, n int64, verified bo
 	var spill []*chunkEntry
 	drops := c.drops
 	for c.size > c.max {
-		el := c.lru.Back()
+		el := c.victimLocked()
 		old := el.Value.(*chunkEntry)
 		c.lru.Remove(el)
 		delete(c.byKey, old.id)
@@ -758,6 +758,23 @@ func (c *chunkCache) put(key string, ci int64, buf *[]byte, n int64, verified bo
 		return nil
 	}
 	return e
+}
+
+// victimLocked picks the entry to evict: among the few least recent, the
+// least recent one that is on the disk level already and not being read
+// (dropping it costs no write), else the least recent. A sequential pass
+// over more than the memory level (a second catch-up) then cycles through
+// chunks that are on disk instead of spilling, one by one, every chunk the
+// last pass left in memory just before reading it back.
+func (c *chunkCache) victimLocked() *list.Element {
+	const window = 8
+	el := c.lru.Back()
+	for i, cand := 0, el; i < window && cand != nil; i, cand = i+1, cand.Prev() {
+		if e := cand.Value.(*chunkEntry); e.refs == 0 && c.onDisk[e.id] != nil {
+			return cand
+		}
+	}
+	return el
 }
 
 // release drops a reference taken by get, peek or put.

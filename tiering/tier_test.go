@@ -627,3 +627,42 @@ func TestColdReadSurvivesIndexPointingInsideABatch(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheEvictsWhatIsOnDiskFirst: when memory is full, a chunk already on
+// the disk level is dropped before one that would have to be written there.
+func TestCacheEvictsWhatIsOnDiskFirst(t *testing.T) {
+	c := newChunkCache(2 * chunkSize)
+	if err := c.setDisk(t.TempDir(), 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	put := func(ci int64) {
+		buf := getChunkBuf()
+		(*buf)[0] = byte(ci)
+		c.put("k", ci, buf, chunkSize, true, crc32.Checksum((*buf)[:chunkSize], castagnoli), false)
+	}
+	inMem := func(ci int64) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.byKey[chunkID{"k", ci}] != nil
+	}
+	put(0)
+	put(1)
+	put(2) // evicts 0, which is spilled
+	e := c.get("k", 0)
+	if e == nil || e.data[0] != 0 {
+		t.Fatal("chunk 0 not back from the disk level")
+	}
+	c.release(e) // loading 0 evicted 1 (spilled too): memory holds 2 and 0
+	e = c.get("k", 1)
+	if e == nil || e.data[0] != 1 {
+		t.Fatal("chunk 1 not back from the disk level")
+	}
+	c.release(e)
+	// Loading 1 had to evict 2 (least recent, not on disk) or 0 (on disk).
+	if !inMem(2) || inMem(0) {
+		t.Fatalf("evicted the chunk that needed a write: in memory 0=%v 2=%v", inMem(0), inMem(2))
+	}
+	if files, _ := filepath.Glob(filepath.Join(c.dir, "*")); len(files) != 2 {
+		t.Fatalf("%d spill files, want 2 (chunks 0 and 1)", len(files))
+	}
+}
