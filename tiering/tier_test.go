@@ -66,6 +66,24 @@ func newFixture(t *testing.T) *fixture {
 		pk: PartitionKey{Topic: "t", Partition: 0}, want: map[int64][]byte{}}
 }
 
+// offload produces n batches, uploads every sealed segment, deletes the
+// local copies and returns the manifest.
+func (f *fixture) offload(n int) *Manifest {
+	ctx := context.Background()
+	f.produce(n, 1000)
+	if _, err := f.tier.Upload(ctx, f.pk, f.lp); err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.tier.ReleaseLocal(ctx, f.pk, f.lp, 0, -1, time.Now()); err != nil {
+		f.t.Fatal(err)
+	}
+	m, err := f.tier.Manifest(ctx, f.pk)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return m
+}
+
 func (f *fixture) produce(n int, ts int64) {
 	for i := 0; i < n; i++ {
 		b := batch(300, ts+int64(i), byte(i))
@@ -169,17 +187,7 @@ func TestColdReadDetectsCorruptObject(t *testing.T) {
 		t.Run(fmt.Sprintf("legacy=%v", legacy), func(t *testing.T) {
 			f := newFixture(t)
 			ctx := context.Background()
-			f.produce(30, 1000)
-			if _, err := f.tier.Upload(ctx, f.pk, f.lp); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := f.tier.ReleaseLocal(ctx, f.pk, f.lp, 0, -1, time.Now()); err != nil {
-				t.Fatal(err)
-			}
-			m, err := f.tier.Manifest(ctx, f.pk)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := f.offload(30)
 			if len(m.Segments[0].ChunkCRC32C) != 1 || m.Segments[0].ChunkBytes != chunkSize {
 				t.Fatalf("manifest chunk sums: %d bytes, %v", m.Segments[0].ChunkBytes, m.Segments[0].ChunkCRC32C)
 			}
@@ -548,18 +556,7 @@ func TestLinkFileLeavesNoTemp(t *testing.T) {
 // as the rate allows.
 func TestFetchRateBoundsColdDownloads(t *testing.T) {
 	f := newFixture(t)
-	ctx := context.Background()
-	f.produce(60, 1000)
-	if _, err := f.tier.Upload(ctx, f.pk, f.lp); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.tier.ReleaseLocal(ctx, f.pk, f.lp, 0, -1, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	m, err := f.tier.Manifest(ctx, f.pk)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := f.offload(60)
 	var tiered int64
 	for _, s := range m.Segments {
 		tiered += s.Size
@@ -584,17 +581,7 @@ func TestFetchRateBoundsColdDownloads(t *testing.T) {
 func TestColdReadSurvivesIndexPointingInsideABatch(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	f.produce(60, 1000)
-	if _, err := f.tier.Upload(ctx, f.pk, f.lp); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.tier.ReleaseLocal(ctx, f.pk, f.lp, 0, -1, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	m, err := f.tier.Manifest(ctx, f.pk)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := f.offload(60)
 	const hdr = 48 // log's index header: magic, version, kind, fields, n, crc
 	bent := 0
 	for _, seg := range m.Segments {
