@@ -173,13 +173,25 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 	if offset > seg.Base {
 		pos = log.IndexLookup(t.index(ctx, pk, seg.Base), seg.Base, offset)
 	}
-	// A position from the remote index (derived data, not checksummed) is
-	// suspect until the first batch served from it passes its own CRC:
-	// verified chunks prove the bytes, not that a batch starts there. If it
-	// does not, the index is dropped and the segment walked from its start.
+	// A position from the remote index (derived data: its checksum proves
+	// the file, not the positions its writer put in it) is suspect until
+	// the first batch served from it passes its own CRC and holds offset:
+	// verified chunks prove the bytes, not that a batch starts there, nor
+	// that none was skipped. If not, the index is dropped and the segment
+	// walked from its start.
 	suspect := pos > 0
 	var hbuf [log.BatchHeaderSize]byte
-	for pos < seg.Size {
+	for {
+		if pos >= seg.Size {
+			if !suspect {
+				break
+			}
+			// Walked off the end from the index's position without
+			// reaching offset: the index is wrong.
+			t.badIndex(pk, seg.Base)
+			pos, suspect = 0, false
+			continue
+		}
 		hdr, err := t.appendAt(ctx, hbuf[:0], o, pos, log.BatchHeaderSize)
 		if err != nil {
 			return false, err
@@ -210,9 +222,12 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 			r.truncate(parts, n, last) // keep the whole batches read so far
 			return false, err
 		}
-		if (suspect || !verified) && crc != h.CRC {
+		if (suspect || !verified) && (crc != h.CRC || suspect && h.BaseOffset > offset) {
 			r.truncate(parts, n, last)
-			if suspect { // the index, or the data: walking from the start tells
+			// From a suspect position: a torn batch, or a later one (which
+			// would skip records). The index or the data: walking from the
+			// start tells.
+			if suspect {
 				t.badIndex(pk, seg.Base)
 				pos, suspect = 0, false
 				continue
@@ -458,15 +473,16 @@ func (t *Tier) download(ctx context.Context, o object, ci int64, done chan struc
 	}()
 	start := ci * chunkSize
 	n := min(chunkSize, o.size-start)
-	progress := func() {}
+	pause, resume := func() {}, func() {}
 	if record {
 		// A background download gives up after a minute without progress
-		// (a rate-paced one may take longer than that in all).
+		// (a rate-paced one may take longer than that in all, and waiting
+		// its turn is not a stall).
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
 		stall := time.AfterFunc(time.Minute, cancel)
 		defer func() { stall.Stop(); cancel() }()
-		progress = func() { stall.Reset(time.Minute) }
+		pause, resume = func() { stall.Stop() }, func() { stall.Reset(time.Minute) }
 	}
 	buf := getChunkBuf()
 	// The chunk's checksum is computed as the bytes arrive (while they are
@@ -482,8 +498,9 @@ func (t *Tier) download(ctx context.Context, o object, ci int64, done chan struc
 			crc = 0 // a retry starts over
 		}
 		crc = crc32.Update(crc, castagnoli, p)
-		t.pace(len(p))
-		progress()
+		pause()
+		t.pace(ctx, len(p)) // a cancelled ctx fails the next body read
+		resume()
 		runtime.Gosched()
 	})
 	if err == nil && o.sums != nil && crc != o.sums[ci] {
@@ -498,17 +515,20 @@ func (t *Tier) download(ctx context.Context, o object, ci int64, done chan struc
 	return t.cache.put(o.key, ci, buf, n, o.sums != nil, crc, !record), nil
 }
 
-// pace waits until n more downloaded bytes fit the cold-read rate (a read
-// waits, it never fails for it).
-func (t *Tier) pace(n int) {
+// pace waits until n more downloaded bytes fit the cold-read rate, or ctx
+// ends (a read waits for the rate, it never fails because of it).
+func (t *Tier) pace(ctx context.Context, n int) error {
 	if t.fetchRate == nil {
-		return
+		return nil
 	}
 	for n > 0 {
 		k := min(n, t.fetchRate.Burst())
-		time.Sleep(t.fetchRate.ReserveN(time.Now(), k).Delay())
+		if err := t.fetchRate.WaitN(ctx, k); err != nil {
+			return err
+		}
 		n -= k
 	}
+	return nil
 }
 
 // startFetch makes sure a chunk is on its way and returns a channel closed

@@ -462,8 +462,12 @@ func (s *S3) GetRange(ctx context.Context, key string, off, n int64) ([]byte, er
 	}
 	var buf []byte
 	if n > 0 {
+		if out.ContentLength != nil && *out.ContentLength < n {
+			// The server clipped the range at the end of the object.
+			return nil, fmt.Errorf("s3 get %q [%d,+%d): got %d bytes: %w", key, off, n, *out.ContentLength, ErrBadRange)
+		}
 		buf = make([]byte, n)
-		if err := s.readBodyInto(out.Body, key, off, buf); err != nil {
+		if err := s.readBodyInto(&shortIsTransient{out.Body}, key, off, buf); err != nil {
 			return nil, err
 		}
 	} else {
@@ -528,7 +532,7 @@ var errBodyCut = errors.New("response body cut short")
 
 func (b *shortIsTransient) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
-	if err == io.EOF {
+	if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) { // net/http: a body short of its Content-Length
 		err = errBodyCut
 	}
 	return n, err

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -268,5 +272,49 @@ func TestS3Multipart(t *testing.T) {
 	}
 	if len(ups.Uploads) != 0 {
 		t.Fatalf("%d multipart uploads left after a failed Put", len(ups.Uploads))
+	}
+}
+
+// TestS3CutBodyIsRetried: a ranged GET whose body stops short of its
+// Content-Length (a cut connection) is an error that Retrying retries, not
+// a final bad range; a range the server clips at the object's end is a bad
+// range at once.
+func TestS3CutBodyIsRetried(t *testing.T) {
+	obj := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB
+	var gets atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var from, to int
+		if _, err := fmt.Sscanf(r.Header.Get("Range"), "bytes=%d-%d", &from, &to); err != nil {
+			http.Error(w, "want a range", http.StatusBadRequest)
+			return
+		}
+		clipped := min(to, len(obj)-1)
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", from, clipped, len(obj)))
+		w.Header().Set("Content-Length", fmt.Sprint(clipped-from+1))
+		w.WriteHeader(http.StatusPartialContent)
+		body := obj[from : clipped+1]
+		if gets.Add(1) == 1 {
+			w.Write(body[:len(body)/2]) // then the connection drops
+			panic(http.ErrAbortHandler)
+		}
+		w.Write(body)
+	}))
+	defer srv.Close()
+	st, err := NewS3(context.Background(), S3Config{Bucket: "b", Endpoint: srv.URL, AccessKey: "k", SecretKey: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dst := make([]byte, 32<<10)
+	if err := Retrying(st, 3).(RangeReader).GetRangeInto(ctx, "o", 1000, dst, nil); err != nil {
+		t.Fatalf("cut body not retried: %v", err)
+	}
+	if !bytes.Equal(dst, obj[1000:1000+len(dst)]) || gets.Load() != 2 {
+		t.Fatalf("after %d GETs: wrong bytes", gets.Load())
+	}
+	gets.Store(1) // no more cuts
+	err = Retrying(st, 3).(RangeReader).GetRangeInto(ctx, "o", int64(len(obj))-100, dst, nil)
+	if !errors.Is(err, ErrBadRange) || gets.Load() != 2 {
+		t.Fatalf("clipped range: %v after %d GETs, want ErrBadRange after one", err, gets.Load()-1)
 	}
 }

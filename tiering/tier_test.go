@@ -574,44 +574,64 @@ func TestFetchRateBoundsColdDownloads(t *testing.T) {
 	}
 }
 
-// TestColdReadSurvivesIndexPointingInsideABatch: a remote index whose
-// entries (checksum and all) point into the middle of batches must not turn
-// verified chunks into garbage: the first batch read from it fails its CRC,
-// the index is dropped and the segment is walked from its start.
-func TestColdReadSurvivesIndexPointingInsideABatch(t *testing.T) {
-	f := newFixture(t)
-	ctx := context.Background()
-	m := f.offload(60)
-	const hdr = 48 // log's index header: magic, version, kind, fields, n, crc
-	bent := 0
-	for _, seg := range m.Segments {
-		key := f.pk.segmentKey(seg.Base, ".index")
-		idx, err := f.store.GetRange(ctx, key, 0, -1)
-		if err != nil || len(idx) <= hdr {
-			continue
-		}
-		be := binary.BigEndian
-		for e := idx[hdr:]; len(e) >= 8; e = e[8:] {
-			be.PutUint32(e[4:], be.Uint32(e[4:])+7) // 7 bytes into the batch
-		}
-		be.PutUint32(idx[44:], crc32.Update(crc32.Checksum(idx[:44], crc32.MakeTable(crc32.Castagnoli)), crc32.MakeTable(crc32.Castagnoli), idx[hdr:]))
-		f.store.Put(ctx, key, bytes.NewReader(idx), int64(len(idx)))
-		bent++
-	}
-	if bent == 0 {
-		t.Fatal("no index entries to bend")
-	}
-	f.tier = New(f.store, zaptest.NewLogger(t), 1<<20)
-	// Every offset read on its own, so each read starts from an index lookup.
-	for off := m.LogStartOffset; off < m.Next(); off++ {
-		got, _, err := f.tier.Read(ctx, f.pk, off, 1)
-		if err != nil {
-			t.Fatalf("read %d: %v", off, err)
-		}
-		h, err := log.ParseBatchHeader(got)
-		if err != nil || h.BaseOffset > off || h.LastOffset() < off || !bytes.Equal(got, f.want[h.BaseOffset]) {
-			t.Fatalf("read %d: wrong batch (header %+v, err %v)", off, h, err)
-		}
+// TestColdReadSurvivesABadIndex: a remote index whose entries (checksum and
+// all) point into the middle of batches, or at later batches than they
+// claim, must not turn verified chunks into garbage or skip records: the
+// first batch read from it fails its CRC or does not hold the offset, the
+// index is dropped and the segment is walked from its start.
+func TestColdReadSurvivesABadIndex(t *testing.T) {
+	for _, bend := range []string{"inside", "later"} {
+		t.Run(bend, func(t *testing.T) {
+			f := newFixture(t)
+			ctx := context.Background()
+			m := f.offload(60)
+			const hdr = 48 // log's index header: magic, version, kind, fields, n, crc
+			be := binary.BigEndian
+			bent := 0
+			for _, seg := range m.Segments {
+				key := f.pk.segmentKey(seg.Base, ".index")
+				idx, err := f.store.GetRange(ctx, key, 0, -1)
+				if err != nil || len(idx) <= hdr {
+					continue
+				}
+				obj, err := f.store.GetRange(ctx, f.pk.segmentKey(seg.Base, ".log"), 0, -1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for e := idx[hdr:]; len(e) >= 8; e = e[8:] {
+					pos := be.Uint32(e[4:])
+					switch bend {
+					case "inside":
+						pos += 7
+					case "later": // the next batch's start, still inside the object
+						if next := pos + 12 + be.Uint32(obj[pos+8:]); int(next) < len(obj) {
+							pos = next
+						}
+					}
+					be.PutUint32(e[4:], pos)
+					bent++
+				}
+				table := crc32.MakeTable(crc32.Castagnoli)
+				be.PutUint32(idx[44:], crc32.Update(crc32.Checksum(idx[:44], table), table, idx[hdr:]))
+				f.store.Put(ctx, key, bytes.NewReader(idx), int64(len(idx)))
+			}
+			if bent == 0 {
+				t.Fatal("no index entries to bend")
+			}
+			f.tier = New(f.store, zaptest.NewLogger(t), 1<<20)
+			// Every offset read on its own, so each read starts from an
+			// index lookup.
+			for off := m.LogStartOffset; off < m.Next(); off++ {
+				got, _, err := f.tier.Read(ctx, f.pk, off, 1)
+				if err != nil {
+					t.Fatalf("read %d: %v", off, err)
+				}
+				h, err := log.ParseBatchHeader(got)
+				if err != nil || h.BaseOffset > off || h.LastOffset() < off || !bytes.Equal(got, f.want[h.BaseOffset]) {
+					t.Fatalf("read %d: wrong batch (header %+v, err %v)", off, h, err)
+				}
+			}
+		})
 	}
 }
 
