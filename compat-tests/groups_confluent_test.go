@@ -98,15 +98,6 @@ func TestGroupConfluentCooperativeTwoMembers(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[int32]map[int64]int{}
 	owners := map[int32]map[string]bool{}
-	total := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for _, o := range seen {
-			n += len(o)
-		}
-		return n
-	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, name := range []string{"coop-a", "coop-b"} {
@@ -162,11 +153,7 @@ func TestGroupConfluentCooperativeTwoMembers(t *testing.T) {
 		}()
 		if name == "coop-a" {
 			// a alone first, so b's join is an incremental rebalance.
-			for deadline := time.Now().Add(30 * time.Second); total() < 100; time.Sleep(50 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("a alone read %d of 100", total())
-				}
-			}
+			waitDistinct(t, &mu, seen, 100, "a alone")
 		}
 	}
 	d := f.waitGroupState(t, ctx, 30*time.Second, "Stable", memberIDsOf(t, ctx, f, 2)...)
@@ -174,11 +161,7 @@ func TestGroupConfluentCooperativeTwoMembers(t *testing.T) {
 		t.Errorf("protocol %q, want cooperative-sticky", d.Protocol)
 	}
 	f.produce(t, ctx, 25)
-	for deadline := time.Now().Add(30 * time.Second); total() < 200; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("read %d of 200", total())
-		}
-	}
+	waitDistinct(t, &mu, seen, 200, "both")
 	close(stop)
 	wg.Wait()
 	mu.Lock()

@@ -63,23 +63,6 @@ func TestGroupStaticMembership(t *testing.T) {
 			}
 		}
 	}
-	count := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for _, offs := range seen {
-			n += len(offs)
-		}
-		return n
-	}
-	waitCount := func(n int, what string) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); count() < n; time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: read %d distinct records, want %d", what, count(), n)
-			}
-		}
-	}
 
 	a, b := member("static-a", nil), member("static-b", &bRevoked)
 	defer b.Close()
@@ -89,7 +72,7 @@ func TestGroupStaticMembership(t *testing.T) {
 	go func() { defer wg.Done(); poll(a, stopA) }()
 	go func() { defer wg.Done(); poll(b, stopB) }()
 	defer func() { close(stopB); wg.Wait() }()
-	waitCount(40, "first generation")
+	waitDistinct(t, &mu, seen, 40, "first generation")
 	d := f.waitGroupState(t, ctx, 30*time.Second, "Stable", memberIDsOf(t, ctx, f, 2)...)
 	before := map[string]string{} // instance -> member id
 	for _, m := range d.Members {
@@ -128,7 +111,7 @@ func TestGroupStaticMembership(t *testing.T) {
 	defer close(stopA2)
 
 	f.produce(t, ctx, 5)
-	waitCount(60, "after the static restart")
+	waitDistinct(t, &mu, seen, 60, "after the static restart")
 	d = f.describe(t, ctx)
 	after := map[string]string{}
 	for _, m := range d.Members {

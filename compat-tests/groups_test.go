@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -495,6 +496,28 @@ func newKgoMember(t testing.TB, f *groupFixture, opts ...kgo.Opt) *kgo.Client {
 
 // reachedAll reports whether next[p] (the offset after the last record
 // read) has reached until[p] for every partition p.
+// distinctRead is how many distinct (partition, offset) pairs seen holds,
+// read under mu (consumers in other goroutines fill it).
+func distinctRead(mu *sync.Mutex, seen map[int32]map[int64]int) int {
+	mu.Lock()
+	defer mu.Unlock()
+	n := 0
+	for _, offs := range seen {
+		n += len(offs)
+	}
+	return n
+}
+
+// waitDistinct waits up to 30 s until seen holds n distinct records.
+func waitDistinct(t testing.TB, mu *sync.Mutex, seen map[int32]map[int64]int, n int, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); distinctRead(mu, seen) < n; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: read %d distinct records, want %d", what, distinctRead(mu, seen), n)
+		}
+	}
+}
+
 func reachedAll(next, until map[int32]int64) bool {
 	for p, u := range until {
 		if next[p] < u {
