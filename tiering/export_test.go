@@ -4,6 +4,9 @@ package tiering
 // real broker (importing broker from package tiering itself would be a cycle).
 var RunVersitygw = runVersitygw
 
+// FreeAddr returns a loopback address that was free a moment ago.
+var FreeAddr = freeAddr
+
 type VersitygwServer = versitygwServer
 
 // Credentials of the test server, for child processes that read the

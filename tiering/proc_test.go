@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -39,16 +38,6 @@ func synapseBin(tb testing.TB) string {
 	return bin
 }
 
-func freeAddr(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // procBroker is a `synapse serve` child process tiering to versitygw.
 type procBroker struct {
 	addr, http string
@@ -57,7 +46,7 @@ type procBroker struct {
 
 func startSynapseProc(tb testing.TB, bin string, vgw *tiering.VersitygwServer, prefix string, args ...string) *procBroker {
 	tb.Helper()
-	b := &procBroker{addr: freeAddr(tb), http: freeAddr(tb)}
+	b := &procBroker{addr: tiering.FreeAddr(tb), http: tiering.FreeAddr(tb)}
 	tierURL := fmt.Sprintf("s3://%s/%s?endpoint=%s&path_style=true&region=%s", vgw.Bucket(), prefix, vgw.Endpoint(), tiering.VersitygwRegion)
 	b.cmd = exec.Command(bin, append([]string{"serve", "--listen", b.addr, "--data-dir", tb.TempDir(), "--http-listen", b.http,
 		"--tier", tierURL, "--maintenance-interval", "100ms", "--log-level", "warn"}, args...)...)

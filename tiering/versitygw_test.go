@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -97,7 +96,7 @@ func runVersitygw(t testing.TB) *versitygwServer {
 		t:    t,
 		bin:  bin,
 		dir:  filepath.Join(base, "root"),
-		addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t))),
+		addr: freeAddr(t),
 		log:  filepath.Join(base, "versitygw.log"),
 	}
 	if err := os.Mkdir(v.dir, 0o755); err != nil {
@@ -116,15 +115,16 @@ func runVersitygw(t testing.TB) *versitygwServer {
 	return v
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t testing.TB) int {
+// freeAddr returns a loopback address (127.0.0.1:PORT) that was free a
+// moment ago.
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().String()
 }
 
 // Endpoint returns http://127.0.0.1:PORT.
