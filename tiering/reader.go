@@ -254,23 +254,13 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 func (t *Tier) addRange(ctx context.Context, r *ColdRead, o object, pos, n int64, sumAnyway bool) (uint32, bool, error) {
 	var pieces [][]byte // usually one or two: a batch spans at most a few chunks
 	verified := true
-	for n > 0 {
-		ci := pos / chunkSize
-		e, err := t.chunk(ctx, o, ci)
-		if err != nil {
-			return 0, false, err
-		}
-		off := pos - ci*chunkSize
-		take := min(n, int64(len(e.data))-off)
-		if take <= 0 {
-			t.cache.release(e)
-			return 0, false, fmt.Errorf("tiering: %s: read past the object at %d", o.key, pos)
-		}
+	err := t.eachPiece(ctx, o, pos, n, func(e *chunkEntry, off, take int64) {
 		verified = verified && e.verified
 		pieces = append(pieces, e.data[off:off+take])
 		r.add(e, off, take) // r holds e from here
-		pos += take
-		n -= take
+	})
+	if err != nil {
+		return 0, false, err
 	}
 	if verified && !sumAnyway {
 		return 0, true, nil
@@ -325,7 +315,7 @@ func (t *Tier) index(ctx context.Context, pk PartitionKey, base int64) []byte {
 // badIndex forgets a segment's remote index for good (until it leaves the
 // index cache): reads walk the segment from its start instead.
 func (t *Tier) badIndex(pk PartitionKey, base int64) {
-	t.logger.Warn("remote index points inside a batch; scanning the segment instead", zap.String("key", pk.segmentKey(base, ".index")))
+	t.logger.Warn("remote index position is not where its offset is; scanning the segment instead", zap.String("key", pk.segmentKey(base, ".index")))
 	t.mu.Lock()
 	t.indexes.put(pk.segmentKey(base, ".index"), nil)
 	t.mu.Unlock()
@@ -339,24 +329,37 @@ func (t *Tier) readAt(ctx context.Context, o object, pos, n int64) ([]byte, erro
 // appendAt appends n bytes of an object at pos to out, through the chunk
 // cache, copying each byte once.
 func (t *Tier) appendAt(ctx context.Context, out []byte, o object, pos, n int64) ([]byte, error) {
+	err := t.eachPiece(ctx, o, pos, n, func(e *chunkEntry, off, take int64) {
+		out = append(out, e.data[off:off+take]...)
+		t.cache.release(e)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// eachPiece walks n bytes of an object from pos through its chunks, calling
+// use with each chunk (whose reference use takes over) and the range of it
+// that is next.
+func (t *Tier) eachPiece(ctx context.Context, o object, pos, n int64, use func(e *chunkEntry, off, take int64)) error {
 	for n > 0 {
 		ci := pos / chunkSize
 		e, err := t.chunk(ctx, o, ci)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		off := pos - ci*chunkSize
 		take := min(n, int64(len(e.data))-off)
 		if take <= 0 {
 			t.cache.release(e)
-			return nil, fmt.Errorf("tiering: %s: read past the object at %d", o.key, pos)
+			return fmt.Errorf("tiering: %s: read past the object at %d", o.key, pos)
 		}
-		out = append(out, e.data[off:off+take]...)
-		t.cache.release(e)
+		use(e, off, take)
 		pos += take
 		n -= take
 	}
-	return out, nil
+	return nil
 }
 
 // chunk returns chunk ci of an object, from the cache, from a download
@@ -682,10 +685,7 @@ func (c *chunkCache) get(key string, ci int64) *chunkEntry {
 		c.mu.Lock()
 		c.misses++
 		if el, ok := c.onDisk[id]; ok && el.Value.(*diskEntry).path == d.path {
-			c.diskLRU.Remove(el)
-			delete(c.onDisk, id)
-			c.diskSize -= d.size
-			os.Remove(d.path)
+			c.forgetDiskLocked(el)
 		}
 		c.mu.Unlock()
 		return nil
@@ -756,12 +756,7 @@ func (c *chunkCache) put(key string, ci int64, buf *[]byte, n int64, verified bo
 	var spill []*chunkEntry
 	drops := c.drops
 	for c.size > c.max {
-		el := c.victimLocked()
-		old := el.Value.(*chunkEntry)
-		c.lru.Remove(el)
-		delete(c.byKey, old.id)
-		c.size -= int64(len(old.data))
-		old.gone = true
+		old := c.evictLocked(c.victimLocked())
 		if c.dir != "" && int64(len(old.data)) <= c.diskMax && c.onDisk[old.id] == nil {
 			old.refs++ // held by the spill below
 			spill = append(spill, old)
@@ -833,13 +828,28 @@ func (c *chunkCache) spill(e *chunkEntry, drops int64) {
 	c.onDisk[e.id] = c.diskLRU.PushFront(&diskEntry{e.id, path, int64(len(e.data)), e.verified, e.sum})
 	c.diskSize += int64(len(e.data))
 	for c.diskSize > c.diskMax {
-		el := c.diskLRU.Back()
-		de := el.Value.(*diskEntry)
-		c.diskLRU.Remove(el)
-		delete(c.onDisk, de.id)
-		c.diskSize -= de.size
-		os.Remove(de.path)
+		c.forgetDiskLocked(c.diskLRU.Back())
 	}
+}
+
+// evictLocked takes a chunk out of the memory level; its buffer is
+// recycled once nothing holds it.
+func (c *chunkCache) evictLocked(el *list.Element) *chunkEntry {
+	e := el.Value.(*chunkEntry)
+	c.lru.Remove(el)
+	delete(c.byKey, e.id)
+	c.size -= int64(len(e.data))
+	e.gone = true
+	return e
+}
+
+// forgetDiskLocked takes a chunk off the disk level and deletes its file.
+func (c *chunkCache) forgetDiskLocked(el *list.Element) {
+	de := el.Value.(*diskEntry)
+	c.diskLRU.Remove(el)
+	delete(c.onDisk, de.id)
+	c.diskSize -= de.size
+	os.Remove(de.path)
 }
 
 func (c *chunkCache) dropKey(key string) {
@@ -848,21 +858,12 @@ func (c *chunkCache) dropKey(key string) {
 	c.drops++
 	for id, el := range c.byKey {
 		if id.key == key {
-			e := el.Value.(*chunkEntry)
-			c.lru.Remove(el)
-			delete(c.byKey, id)
-			c.size -= int64(len(e.data))
-			e.gone = true
-			c.recycleLocked(e)
+			c.recycleLocked(c.evictLocked(el))
 		}
 	}
 	for id, el := range c.onDisk {
 		if id.key == key {
-			de := el.Value.(*diskEntry)
-			c.diskLRU.Remove(el)
-			delete(c.onDisk, id)
-			c.diskSize -= de.size
-			os.Remove(de.path)
+			c.forgetDiskLocked(el)
 		}
 	}
 }
