@@ -430,18 +430,23 @@ func (s *S3) GetRange(ctx context.Context, key string, off, n int64) ([]byte, er
 		}
 		return []byte{}, nil
 	}
+	if n > 0 {
+		buf := make([]byte, n)
+		if err := s.getInto(ctx, key, off, buf, nil); err != nil {
+			return nil, err
+		}
+		return buf, nil
+	}
+	// To the end. (From 0 it sends no Range: a range of an empty object is
+	// 416.)
 	in := &s3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(s.prefix + key)}
-	switch {
-	case n > 0:
-		in.Range = aws.String(fmt.Sprintf("bytes=%d-%d", off, off+n-1))
-	case off > 0:
+	if off > 0 {
 		in.Range = aws.String(fmt.Sprintf("bytes=%d-", off))
 	}
-	// (off 0 to the end sends no Range: a range of an empty object is 416.)
 	out, err := s.client.GetObject(ctx, in)
 	if err != nil {
 		err = s.s3Err("get", key, err)
-		if n < 0 && errors.Is(err, ErrBadRange) {
+		if errors.Is(err, ErrBadRange) {
 			// Reading from the very end is not past it.
 			size, herr := s.size(ctx, key)
 			if herr == nil && size == off {
@@ -452,32 +457,15 @@ func (s *S3) GetRange(ctx context.Context, key string, off, n int64) ([]byte, er
 	}
 	defer out.Body.Close()
 	if in.Range != nil {
-		// Never take a whole object (a server ignoring Range) for a range.
-		var start int64
-		cr := aws.ToString(out.ContentRange)
-		if _, err := fmt.Sscanf(cr, "bytes %d-", &start); err != nil || start != off {
-			return nil, fmt.Errorf("s3 get s3://%s/%s: asked %s, got Content-Range %q",
-				s.bucket, s.prefix+key, aws.ToString(in.Range), cr)
-		}
-	}
-	var buf []byte
-	if n > 0 {
-		if out.ContentLength != nil && *out.ContentLength < n {
-			// The server clipped the range at the end of the object.
-			return nil, fmt.Errorf("s3 get %q [%d,+%d): got %d bytes: %w", key, off, n, *out.ContentLength, ErrBadRange)
-		}
-		buf = make([]byte, n)
-		if err := s.readBodyInto(&shortIsTransient{out.Body}, key, off, buf); err != nil {
+		if err := s.checkContentRange(in, out, off); err != nil {
 			return nil, err
 		}
-	} else {
-		b := bytes.NewBuffer(make([]byte, 0, max(aws.ToInt64(out.ContentLength), 0)))
-		if _, err := b.ReadFrom(out.Body); err != nil {
-			return nil, s.s3Err("get", key, err)
-		}
-		buf = b.Bytes()
 	}
-	return buf, nil
+	b := bytes.NewBuffer(make([]byte, 0, max(aws.ToInt64(out.ContentLength), 0)))
+	if _, err := b.ReadFrom(out.Body); err != nil {
+		return nil, s.s3Err("get", key, err)
+	}
+	return b.Bytes(), nil
 }
 
 // GetRangeInto implements RangeReader with a ranged GetObject read straight
@@ -490,6 +478,13 @@ func (s *S3) GetRangeInto(ctx context.Context, key string, off int64, dst []byte
 	if err := s.checkKey("get", key); err != nil {
 		return err
 	}
+	return s.getInto(ctx, key, off, dst, onRead)
+}
+
+// getInto reads the len(dst) > 0 bytes of key at off >= 0 with a ranged
+// GetObject, handing each 256 KiB piece to onRead (if not nil) as it
+// arrives.
+func (s *S3) getInto(ctx context.Context, key string, off int64, dst []byte, onRead func(int, []byte)) error {
 	in := &s3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(s.prefix + key),
 		Range: aws.String(fmt.Sprintf("bytes=%d-%d", off, off+int64(len(dst))-1))}
 	out, err := s.client.GetObject(ctx, in)
@@ -497,10 +492,8 @@ func (s *S3) GetRangeInto(ctx context.Context, key string, off int64, dst []byte
 		return s.s3Err("get", key, err)
 	}
 	defer out.Body.Close()
-	var start int64
-	cr := aws.ToString(out.ContentRange)
-	if _, err := fmt.Sscanf(cr, "bytes %d-", &start); err != nil || start != off {
-		return fmt.Errorf("s3 get s3://%s/%s: asked %s, got Content-Range %q", s.bucket, s.prefix+key, aws.ToString(in.Range), cr)
+	if err := s.checkContentRange(in, out, off); err != nil {
+		return err
 	}
 	if out.ContentLength != nil && *out.ContentLength < int64(len(dst)) {
 		// The server clipped the range at the end of the object.
@@ -520,6 +513,17 @@ func (s *S3) GetRangeInto(ctx context.Context, key string, off int64, dst []byte
 			return err
 		}
 		onRead(at, piece)
+	}
+	return nil
+}
+
+// checkContentRange makes sure a ranged GET's answer starts at off: never
+// take a whole object (a server ignoring Range) for a range.
+func (s *S3) checkContentRange(in *s3.GetObjectInput, out *s3.GetObjectOutput, off int64) error {
+	var start int64
+	cr := aws.ToString(out.ContentRange)
+	if _, err := fmt.Sscanf(cr, "bytes %d-", &start); err != nil || start != off {
+		return fmt.Errorf("s3 get s3://%s/%s: asked %s, got Content-Range %q", s.bucket, aws.ToString(in.Key), aws.ToString(in.Range), cr)
 	}
 	return nil
 }
