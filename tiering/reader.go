@@ -474,6 +474,14 @@ func (t *Tier) download(ctx context.Context, o object, ci int64, done chan struc
 		t.mu.Unlock()
 		close(done)
 	}()
+	if record {
+		// A read-ahead of a chunk on the disk level brings it back into
+		// memory (off the fetch path) instead of downloading it.
+		if e := t.cache.lookup(o.key, ci, false); e != nil {
+			t.cache.release(e)
+			return nil, nil
+		}
+	}
 	start := ci * chunkSize
 	n := min(chunkSize, o.size-start)
 	pause, resume := func() {}, func() {}
@@ -543,7 +551,7 @@ func (t *Tier) startFetch(o object, ci int64) <-chan struct{} {
 		t.mu.Unlock()
 		return wait
 	}
-	if t.cache.has(o.key, ci) {
+	if t.cache.inMemory(o.key, ci) {
 		t.mu.Unlock()
 		closed := make(chan struct{})
 		close(closed)
@@ -556,10 +564,10 @@ func (t *Tier) startFetch(o object, ci int64) <-chan struct{} {
 	return done
 }
 
-// prefetch downloads a chunk in the background unless it is cached or on
-// its way.
+// prefetch brings a chunk into the memory level in the background (from
+// the disk level, else the bucket) unless it is there or on its way.
 func (t *Tier) prefetch(o object, ci int64) {
-	if !t.cache.has(o.key, ci) {
+	if !t.cache.inMemory(o.key, ci) {
 		t.startFetch(o, ci)
 	}
 }
@@ -655,12 +663,20 @@ func (c *chunkCache) setDisk(dir string, max int64) error {
 }
 
 // get returns a cached chunk with a reference the caller releases, or nil.
-func (c *chunkCache) get(key string, ci int64) *chunkEntry {
+// A chunk on the disk level is read back into memory.
+func (c *chunkCache) get(key string, ci int64) *chunkEntry { return c.lookup(key, ci, true) }
+
+// lookup is get, counting the hit or miss if count (a read-ahead does not).
+func (c *chunkCache) lookup(key string, ci int64, count bool) *chunkEntry {
+	hit, miss := int64(0), int64(0)
+	if count {
+		hit, miss = 1, 1
+	}
 	c.mu.Lock()
 	id := chunkID{key, ci}
 	if el, ok := c.byKey[id]; ok {
 		c.lru.MoveToFront(el)
-		c.hits++
+		c.hits += hit
 		e := el.Value.(*chunkEntry)
 		e.refs++
 		c.mu.Unlock()
@@ -668,7 +684,7 @@ func (c *chunkCache) get(key string, ci int64) *chunkEntry {
 	}
 	de, ok := c.onDisk[id]
 	if !ok {
-		c.misses++
+		c.misses += miss
 		c.mu.Unlock()
 		return nil
 	}
@@ -676,14 +692,14 @@ func (c *chunkCache) get(key string, ci int64) *chunkEntry {
 	drops := c.drops
 	c.mu.Unlock()
 	buf := getChunkBuf()
-	err := readFileInto(d.path, (*buf)[:d.size]) // outside the lock
+	err := readChunkFile(d.path, (*buf)[:d.size]) // outside the lock
 	if err == nil && crc32cYielding(0, (*buf)[:d.size]) != d.sum {
 		err = errors.New("tiering: cached chunk file changed on disk")
 	}
 	if err != nil {
 		putChunkBuf(buf)
 		c.mu.Lock()
-		c.misses++
+		c.misses += miss
 		if el, ok := c.onDisk[id]; ok && el.Value.(*diskEntry).path == d.path {
 			c.forgetDiskLocked(el)
 		}
@@ -692,12 +708,12 @@ func (c *chunkCache) get(key string, ci int64) *chunkEntry {
 	}
 	c.mu.Lock()
 	if c.drops != drops { // the object was found corrupt meanwhile
-		c.misses++
+		c.misses += miss
 		c.mu.Unlock()
 		putChunkBuf(buf)
 		return nil
 	}
-	c.hits++
+	c.hits += hit
 	c.mu.Unlock()
 	return c.put(key, ci, buf, d.size, d.verified, d.sum, true)
 }
@@ -712,14 +728,12 @@ func readFileInto(path string, dst []byte) error {
 	return err
 }
 
-// has reports whether a chunk is cached at either level.
-func (c *chunkCache) has(key string, ci int64) bool {
+// inMemory reports whether a chunk is in the memory level.
+func (c *chunkCache) inMemory(key string, ci int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	id := chunkID{key, ci}
-	_, mem := c.byKey[id]
-	_, disk := c.onDisk[id]
-	return mem || disk
+	_, ok := c.byKey[chunkID{key, ci}]
+	return ok
 }
 
 // peek is get without counting a hit or a miss, memory only.
@@ -815,7 +829,7 @@ func (c *chunkCache) spill(e *chunkEntry, drops int64) {
 	c.seq++
 	path := filepath.Join(c.dir, strconv.FormatInt(c.seq, 10))
 	c.mu.Unlock()
-	if err := os.WriteFile(path, e.data, 0o644); err != nil {
+	if err := writeChunkFile(path, e.data); err != nil {
 		os.Remove(path)
 		return
 	}
