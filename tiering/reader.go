@@ -142,15 +142,10 @@ func (t *Tier) read(ctx context.Context, pk PartitionKey, offset, maxBytes int64
 	// Whole batches from the segment holding offset, then from the
 	// following segments while the budget lasts.
 	for ; i < len(m.Segments); i++ {
-		seg := &m.Segments[i]
-		if i+1 < len(m.Segments) {
-			// A catch-up reader reaches the next segment soon: start it.
-			t.prefetch(segmentObject(pk, &m.Segments[i+1]), 0)
-		}
-		full, err := t.readSegment(ctx, pk, seg, r.Next, maxBytes, r)
+		full, err := t.readSegment(ctx, pk, &m.Segments[i], r.Next, maxBytes, r)
 		var nr *NotReadyError
 		if errors.As(err, &nr) && r.Len > 0 {
-			return r, nil // what was ready; the rest is on its way
+			break // what was ready; the rest is on its way
 		}
 		if err != nil {
 			r.Release()
@@ -160,7 +155,35 @@ func (t *Tier) read(ctx context.Context, pk PartitionKey, offset, maxBytes int64
 			break
 		}
 	}
+	t.readAheadAcross(pk, m, min(i, len(m.Segments)-1), r)
 	return r, nil
+}
+
+// readAheadAcross carries the read-ahead of a read that ended near the end
+// of a segment (i, or the one before it) into the segments after it, so a
+// catch-up reader of small segments finds as many chunks ready as one of
+// large segments (each chunk read starts the next ones of its own object).
+func (t *Tier) readAheadAcross(pk PartitionKey, m *Manifest, i int, r *ColdRead) {
+	if len(r.held) == 0 {
+		return
+	}
+	last := r.held[len(r.held)-1].id
+	o := segmentObject(pk, &m.Segments[i])
+	if last.key != o.key && i > 0 {
+		i--
+		o = segmentObject(pk, &m.Segments[i])
+	}
+	if last.key != o.key {
+		return
+	}
+	left := t.readAheadChunks() - ((o.size+chunkSize-1)/chunkSize - 1 - last.ci)
+	for j := i + 1; j < len(m.Segments) && left > 0; j++ {
+		next := segmentObject(pk, &m.Segments[j])
+		for ci := int64(0); ci*chunkSize < next.size && left > 0; ci++ {
+			t.prefetch(next, ci)
+			left--
+		}
+	}
 }
 
 // readSegment adds whole batches of seg from the one holding offset on to
@@ -400,12 +423,18 @@ func (t *Tier) chunk(ctx context.Context, o object, ci int64) (*chunkEntry, erro
 }
 
 func (t *Tier) readAheadFrom(o object, ci int64) {
-	// Never read so far ahead that the prefetched chunks evict the one being
-	// read and the next (a batch may span both): a small cache would thrash.
-	n := min(int64(readAhead), t.cache.max/chunkSize-2)
+	n := t.readAheadChunks()
 	for ahead := ci + 1; ahead <= ci+n && ahead*chunkSize < o.size; ahead++ {
 		t.prefetch(o, ahead)
 	}
+}
+
+// readAheadChunks is how many chunks past the one read are fetched in
+// advance: readAhead, but never so many that the prefetched chunks evict
+// the one being read and the next (a batch may span both): a small cache
+// would thrash.
+func (t *Tier) readAheadChunks() int64 {
+	return min(int64(readAhead), t.cache.max/chunkSize-2)
 }
 
 // readAhead is how many chunks past the one read are fetched in advance.

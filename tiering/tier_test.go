@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -671,5 +672,65 @@ func TestCacheEvictsWhatIsOnDiskFirst(t *testing.T) {
 	}
 	if files, _ := filepath.Glob(filepath.Join(c.dir, "*")); len(files) != 2 {
 		t.Fatalf("%d spill files, want 2 (chunks 0 and 1)", len(files))
+	}
+}
+
+// TestReadAheadCrossesSegments: a read that ends in a segment's last chunk
+// starts the read-ahead's chunks in the segments after it (small segments
+// read as far ahead as large ones), and no further.
+func TestReadAheadCrossesSegments(t *testing.T) {
+	f := newFixture(t)
+	f.tier = New(f.store, zaptest.NewLogger(t), 8*chunkSize) // room for the read-ahead
+	ctx := context.Background()
+	m := f.offload(80)
+	if len(m.Segments) < readAhead+3 {
+		t.Fatalf("%d segments", len(m.Segments))
+	}
+	var mu sync.Mutex
+	got := map[string]bool{}
+	f.store.SetFault(func(op, key string) error {
+		if op == "get" && strings.HasSuffix(key, ".log") {
+			mu.Lock()
+			got[key] = true
+			mu.Unlock()
+		}
+		return nil
+	})
+	for {
+		r, wait, err := f.tier.ReadNoWait(ctx, f.pk, 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wait == nil {
+			r.Release()
+			break
+		}
+		<-wait
+	}
+	want := map[string]bool{}
+	for i := 0; i <= readAhead; i++ { // segment 0 and the next readAhead (one chunk each)
+		want[segmentObject(f.pk, &m.Segments[i]).key] = true
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		n := 0
+		for k := range want {
+			if got[k] {
+				n++
+			}
+		}
+		mu.Unlock()
+		if n == len(want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("read-ahead fetched %v, want %v", got, want)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // anything beyond would have started by now
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != len(want) {
+		t.Fatalf("read-ahead fetched %d objects, want %d: %v", len(got), len(want), got)
 	}
 }
