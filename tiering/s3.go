@@ -168,6 +168,12 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 		// against their composite checksum; the SDK would log a warning
 		// for each. Tiering checks segment checksums itself.
 		o.DisableLogOutputChecksumValidationSkipped = true
+		// Chunk reads are checked against the manifest's chunk CRCs as
+		// they arrive; left to its default, the SDK would hash a range
+		// that happens to be a whole object (every chunk of a segment
+		// smaller than a chunk) a second time. Whole-object reads ask for
+		// the SDK's check themselves (GetRange).
+		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 	})
 	prefix := strings.Trim(c.Prefix, "/")
 	if prefix != "" {
@@ -442,6 +448,8 @@ func (s *S3) GetRange(ctx context.Context, key string, off, n int64) ([]byte, er
 	in := &s3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(s.prefix + key)}
 	if off > 0 {
 		in.Range = aws.String(fmt.Sprintf("bytes=%d-", off))
+	} else {
+		in.ChecksumMode = types.ChecksumModeEnabled // checked against the object's stored checksum
 	}
 	out, err := s.client.GetObject(ctx, in)
 	if err != nil {

@@ -3,6 +3,7 @@ package tiering
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -316,5 +317,37 @@ func TestS3CutBodyIsRetried(t *testing.T) {
 	err = Retrying(st, 3).(RangeReader).GetRangeInto(ctx, "o", int64(len(obj))-100, dst, nil)
 	if !errors.Is(err, ErrBadRange) || gets.Load() != 2 {
 		t.Fatalf("clipped range: %v after %d GETs, want ErrBadRange after one", err, gets.Load()-1)
+	}
+}
+
+// TestS3ChecksumChecks: a whole-object GET is checked against the checksum
+// the server stores with the object (a mismatch is an error; this fails if
+// GetRange stops asking for the check), while a chunk read leaves checking
+// to the caller (the tier checks chunk CRCs itself) even when the range is
+// the whole object and the server sends the object's checksum.
+func TestS3ChecksumChecks(t *testing.T) {
+	obj := bytes.Repeat([]byte("0123456789abcdef"), 4096)
+	bad := base64.StdEncoding.EncodeToString([]byte{1, 2, 3, 4}) // not obj's CRC-32C
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("x-amz-checksum-crc32c", bad)
+		w.Header().Set("Content-Length", fmt.Sprint(len(obj)))
+		if r.Header.Get("Range") != "" {
+			w.Header().Set("Content-Range", fmt.Sprintf("bytes 0-%d/%d", len(obj)-1, len(obj)))
+			w.WriteHeader(http.StatusPartialContent)
+		}
+		w.Write(obj)
+	}))
+	defer srv.Close()
+	st, err := NewS3(context.Background(), S3Config{Bucket: "b", Endpoint: srv.URL, AccessKey: "k", SecretKey: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if b, err := st.GetRange(ctx, "o", 0, -1); err == nil {
+		t.Fatalf("whole-object GET with a wrong checksum: %d bytes, no error", len(b))
+	}
+	dst := make([]byte, len(obj))
+	if err := st.GetRangeInto(ctx, "o", 0, dst, nil); err != nil || !bytes.Equal(dst, obj) {
+		t.Fatalf("chunk read: %v", err)
 	}
 }
