@@ -437,8 +437,10 @@ func (t *Tier) readAheadChunks() int64 {
 	return min(int64(readAhead), t.cache.max/chunkSize-2)
 }
 
-// readAhead is how many chunks past the one read are fetched in advance.
-const readAhead = 3
+// readAhead is how many chunks past the one read are fetched in advance:
+// 32 MiB, so a catch-up reader's next fetch of up to 32 MiB finds its
+// chunks downloaded or on their way (3 made such a reader ~10% slower).
+const readAhead = 4
 
 // NotReadyError means a cold read needs a chunk that is still downloading;
 // Wait is closed when the download ends (successfully or not).
