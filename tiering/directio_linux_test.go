@@ -2,7 +2,7 @@ package tiering
 
 import (
 	"bytes"
-	"math/rand"
+	"crypto/rand"
 	"os"
 	"path/filepath"
 	"syscall"
