@@ -21,7 +21,6 @@ import (
 // last chunk is written padded to a whole block (its size is kept in the
 // diskEntry). Anything else, or a filesystem without O_DIRECT (tmpfs),
 // takes the buffered path.
-const directAlign = 4096
 
 // writeChunkFile writes data (a prefix of a buffer of capacity cap(data))
 // to a new file at path.
@@ -29,7 +28,9 @@ func writeChunkFile(path string, data []byte) error {
 	if n := alignUp(len(data)); aligned(data, n) {
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|syscall.O_DIRECT, 0o644)
 		if err == nil {
-			_, err = f.Write(data[:n])
+			padded := data[:n]
+			clear(padded[len(data):]) // not whatever the buffer held before
+			_, err = f.Write(padded)
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}

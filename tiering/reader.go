@@ -19,6 +19,14 @@ import (
 	"github.com/synapsebroker/synapse/log"
 )
 
+// directAlign is the block size chunk files are written in (O_DIRECT needs
+// buffer addresses and lengths aligned to the device's logical block).
+const directAlign = 4096
+
+// diskSpace is what a chunk of n bytes takes on the disk level: its file
+// is written in whole blocks.
+func diskSpace(n int64) int64 { return (n + directAlign - 1) &^ (directAlign - 1) }
+
 // chunkSize is the alignment of cold-read ranged GETs: a read fetches the
 // aligned chunks covering what it needs, never a whole segment for a small
 // read, and sequential catch-up reads hit the cache for the rest of a chunk.
@@ -393,9 +401,13 @@ func (t *Tier) eachPiece(ctx context.Context, o object, pos, n int64, use func(e
 // The caller releases the chunk (t.cache.release) when done with its data.
 func (t *Tier) chunk(ctx context.Context, o object, ci int64) (*chunkEntry, error) {
 	if ctx.Value(noWaitKey{}) != nil {
-		if e := t.cache.get(o.key, ci); e != nil {
+		e, wait := t.cached(o, ci)
+		if e != nil {
 			t.readAheadFrom(o, ci)
 			return e, nil
+		}
+		if wait != nil {
+			return nil, &NotReadyError{Wait: wait}
 		}
 		// The last background download of this chunk failed: say so once
 		// (the fetch answers an error instead of staying empty), then the
@@ -407,7 +419,7 @@ func (t *Tier) chunk(ctx context.Context, o object, ci int64) (*chunkEntry, erro
 		if failed {
 			return nil, err
 		}
-		wait := t.startFetch(o, ci)
+		wait = t.startFetch(o, ci)
 		if (ci+1)*chunkSize < o.size && t.cache.max >= 4*chunkSize {
 			// A cold start of a catch-up read: the next chunk downloads
 			// alongside (the read-ahead proper starts once this one is read).
@@ -465,21 +477,42 @@ func (t *Tier) ReadNoWait(ctx context.Context, pk PartitionKey, offset, maxBytes
 	return r, nil, err
 }
 
+// cached returns chunk ci of an object from the memory level or, unless a
+// download or read-back of it is under way (then it returns that's channel,
+// which the caller waits on rather than doing the same work twice), from
+// the disk level. Neither: nil, nil.
+func (t *Tier) cached(o object, ci int64) (*chunkEntry, <-chan struct{}) {
+	if e := t.cache.lookupMemory(o.key, ci); e != nil {
+		return e, nil
+	}
+	t.mu.Lock()
+	wait, busy := t.inflight[chunkID{o.key, ci}]
+	t.mu.Unlock()
+	if busy {
+		return nil, wait
+	}
+	return t.cache.get(o.key, ci), nil
+}
+
 func (t *Tier) fetchChunk(ctx context.Context, o object, ci int64) (*chunkEntry, error) {
 	for {
-		if e := t.cache.get(o.key, ci); e != nil {
+		e, wait := t.cached(o, ci)
+		if e != nil {
 			return e, nil
 		}
-		id := chunkID{o.key, ci}
-		t.mu.Lock()
-		wait, busy := t.inflight[id]
-		if !busy {
-			done := make(chan struct{})
-			t.inflight[id] = done
+		if wait == nil {
+			id := chunkID{o.key, ci}
+			t.mu.Lock()
+			w, busy := t.inflight[id]
+			if !busy {
+				done := make(chan struct{})
+				t.inflight[id] = done
+				t.mu.Unlock()
+				return t.download(ctx, o, ci, done, false)
+			}
 			t.mu.Unlock()
-			return t.download(ctx, o, ci, done, false)
+			wait = w
 		}
-		t.mu.Unlock()
 		select {
 		case <-wait:
 		case <-ctx.Done():
@@ -632,7 +665,8 @@ type chunkID struct {
 	ci  int64
 }
 
-// chunkEntry is a cached chunk. refs and gone are guarded by chunkCache.mu.
+// chunkEntry is a cached chunk. refs, gone and unread are guarded by
+// chunkCache.mu.
 type chunkEntry struct {
 	id       chunkID
 	data     []byte  // (*buf)[:n]
@@ -641,6 +675,7 @@ type chunkEntry struct {
 	sum      uint32  // CRC-32C of data
 	refs     int     // holders: readers, and a spill in progress
 	gone     bool    // out of the cache: the buffer is recycled at refs 0
+	unread   bool    // put by a read-ahead, not read since
 }
 
 type diskEntry struct {
@@ -697,6 +732,31 @@ func (c *chunkCache) setDisk(dir string, max int64) error {
 // A chunk on the disk level is read back into memory.
 func (c *chunkCache) get(key string, ci int64) *chunkEntry { return c.lookup(key, ci, true) }
 
+// lookupMemory is get of the memory level only; a miss is not counted (the
+// caller goes on to get, which counts it).
+func (c *chunkCache) lookupMemory(key string, ci int64) *chunkEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.memoryLocked(chunkID{key, ci}, true)
+}
+
+// memoryLocked returns chunk id from the memory level with a reference, as
+// the most recently used, counting a hit if count; nil if it is not there.
+func (c *chunkCache) memoryLocked(id chunkID, count bool) *chunkEntry {
+	el, ok := c.byKey[id]
+	if !ok {
+		return nil
+	}
+	c.lru.MoveToFront(el)
+	if count {
+		c.hits++
+	}
+	e := el.Value.(*chunkEntry)
+	e.refs++
+	e.unread = e.unread && !count
+	return e
+}
+
 // lookup is get, counting the hit or miss if count (a read-ahead does not).
 func (c *chunkCache) lookup(key string, ci int64, count bool) *chunkEntry {
 	hit, miss := int64(0), int64(0)
@@ -705,11 +765,7 @@ func (c *chunkCache) lookup(key string, ci int64, count bool) *chunkEntry {
 	}
 	c.mu.Lock()
 	id := chunkID{key, ci}
-	if el, ok := c.byKey[id]; ok {
-		c.lru.MoveToFront(el)
-		c.hits += hit
-		e := el.Value.(*chunkEntry)
-		e.refs++
+	if e := c.memoryLocked(id, count); e != nil {
 		c.mu.Unlock()
 		return e
 	}
@@ -746,7 +802,13 @@ func (c *chunkCache) lookup(key string, ci int64, count bool) *chunkEntry {
 	}
 	c.hits += hit
 	c.mu.Unlock()
-	return c.put(key, ci, buf, d.size, d.verified, d.sum, true)
+	e := c.put(key, ci, buf, d.size, d.verified, d.sum, true)
+	if !count {
+		c.mu.Lock()
+		e.unread = true // brought back by a read-ahead
+		c.mu.Unlock()
+	}
+	return e
 }
 
 func readFileInto(path string, dst []byte) error {
@@ -774,6 +836,7 @@ func (c *chunkCache) peek(key string, ci int64) *chunkEntry {
 	if el, ok := c.byKey[chunkID{key, ci}]; ok {
 		e := el.Value.(*chunkEntry)
 		e.refs++
+		e.unread = false
 		return e
 	}
 	return nil
@@ -789,9 +852,10 @@ func (c *chunkCache) put(key string, ci int64, buf *[]byte, n int64, verified bo
 	var e *chunkEntry
 	if el, ok := c.byKey[id]; ok {
 		e = el.Value.(*chunkEntry)
+		e.unread = e.unread && !ref
 		putChunkBuf(buf)
 	} else {
-		e = &chunkEntry{id: id, data: (*buf)[:n], buf: buf, verified: verified, sum: sum}
+		e = &chunkEntry{id: id, data: (*buf)[:n], buf: buf, verified: verified, sum: sum, unread: !ref}
 		c.byKey[id] = c.lru.PushFront(e)
 		c.size += n
 	}
@@ -802,7 +866,7 @@ func (c *chunkCache) put(key string, ci int64, buf *[]byte, n int64, verified bo
 	drops := c.drops
 	for c.size > c.max {
 		old := c.evictLocked(c.victimLocked())
-		if c.dir != "" && int64(len(old.data)) <= c.diskMax && c.onDisk[old.id] == nil {
+		if c.dir != "" && diskSpace(int64(len(old.data))) <= c.diskMax && c.onDisk[old.id] == nil {
 			old.refs++ // held by the spill below
 			spill = append(spill, old)
 		} else {
@@ -822,7 +886,9 @@ func (c *chunkCache) put(key string, ci int64, buf *[]byte, n int64, verified bo
 
 // victimLocked picks the entry to evict: among the few least recent, the
 // least recent one that is on the disk level already and not being read
-// (dropping it costs no write), else the least recent. A sequential pass
+// (dropping it costs no write) nor waiting to be (a read-ahead just brought
+// it back: in a small cache it would be evicted before it is read), else
+// the least recent. A sequential pass
 // over more than the memory level (a second catch-up) then cycles through
 // chunks that are on disk instead of spilling, one by one, every chunk the
 // last pass left in memory just before reading it back.
@@ -830,7 +896,7 @@ func (c *chunkCache) victimLocked() *list.Element {
 	const window = 8
 	el := c.lru.Back()
 	for i, cand := 0, el; i < window && cand != nil; i, cand = i+1, cand.Prev() {
-		if e := cand.Value.(*chunkEntry); e.refs == 0 && c.onDisk[e.id] != nil {
+		if e := cand.Value.(*chunkEntry); e.refs == 0 && !e.unread && c.onDisk[e.id] != nil {
 			return cand
 		}
 	}
@@ -871,7 +937,7 @@ func (c *chunkCache) spill(e *chunkEntry, drops int64) {
 		return
 	}
 	c.onDisk[e.id] = c.diskLRU.PushFront(&diskEntry{e.id, path, int64(len(e.data)), e.verified, e.sum})
-	c.diskSize += int64(len(e.data))
+	c.diskSize += diskSpace(int64(len(e.data)))
 	for c.diskSize > c.diskMax {
 		c.forgetDiskLocked(c.diskLRU.Back())
 	}
@@ -893,7 +959,7 @@ func (c *chunkCache) forgetDiskLocked(el *list.Element) {
 	de := el.Value.(*diskEntry)
 	c.diskLRU.Remove(el)
 	delete(c.onDisk, de.id)
-	c.diskSize -= de.size
+	c.diskSize -= diskSpace(de.size)
 	os.Remove(de.path)
 }
 
