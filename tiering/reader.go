@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -419,7 +420,7 @@ func (t *Tier) chunk(ctx context.Context, o object, ci int64) (*chunkEntry, erro
 		if failed {
 			return nil, err
 		}
-		wait = t.startFetch(o, ci)
+		wait = t.startFetch(o, ci, true)
 		if (ci+1)*chunkSize < o.size && t.cache.max >= 4*chunkSize {
 			// A cold start of a catch-up read: the next chunk downloads
 			// alongside (the read-ahead proper starts once this one is read).
@@ -481,17 +482,35 @@ func (t *Tier) ReadNoWait(ctx context.Context, pk PartitionKey, offset, maxBytes
 // download or read-back of it is under way (then it returns that's channel,
 // which the caller waits on rather than doing the same work twice), from
 // the disk level. Neither: nil, nil.
+//
+// The caller is a read: a read-ahead it finds under way is demanded from
+// here on.
 func (t *Tier) cached(o object, ci int64) (*chunkEntry, <-chan struct{}) {
 	if e := t.cache.lookupMemory(o.key, ci); e != nil {
 		return e, nil
 	}
 	t.mu.Lock()
-	wait, busy := t.inflight[chunkID{o.key, ci}]
+	f, busy := t.inflight[chunkID{o.key, ci}]
 	t.mu.Unlock()
 	if busy {
-		return nil, wait
+		f.demanded.Store(true)
+		return nil, f.done
 	}
 	return t.cache.get(o.key, ci), nil
+}
+
+// flight is a chunk download under way: done is closed when it ends;
+// demanded says a read waits for it (else it is a read-ahead), which puts it
+// first in line for the cold-read rate.
+type flight struct {
+	done     chan struct{}
+	demanded atomic.Bool
+}
+
+func newFlight(demanded bool) *flight {
+	f := &flight{done: make(chan struct{})}
+	f.demanded.Store(demanded)
+	return f
 }
 
 func (t *Tier) fetchChunk(ctx context.Context, o object, ci int64) (*chunkEntry, error) {
@@ -503,15 +522,16 @@ func (t *Tier) fetchChunk(ctx context.Context, o object, ci int64) (*chunkEntry,
 		if wait == nil {
 			id := chunkID{o.key, ci}
 			t.mu.Lock()
-			w, busy := t.inflight[id]
+			f, busy := t.inflight[id]
 			if !busy {
-				done := make(chan struct{})
-				t.inflight[id] = done
+				f = newFlight(true)
+				t.inflight[id] = f
 				t.mu.Unlock()
-				return t.download(ctx, o, ci, done, false)
+				return t.download(ctx, o, ci, f, false)
 			}
 			t.mu.Unlock()
-			wait = w
+			f.demanded.Store(true)
+			wait = f.done
 		}
 		select {
 		case <-wait:
@@ -525,10 +545,10 @@ func (t *Tier) fetchChunk(ctx context.Context, o object, ci int64) (*chunkEntry,
 	}
 }
 
-// download fetches a chunk registered in inflight under done, caches it and
-// closes done. A background download (record) that fails leaves its error
-// for the next no-wait read, recorded before done closes.
-func (t *Tier) download(ctx context.Context, o object, ci int64, done chan struct{}, record bool) (e *chunkEntry, err error) {
+// download fetches a chunk registered in inflight as f, caches it and
+// closes f.done. A background download (record) that fails leaves its error
+// for the next no-wait read, recorded before f.done closes.
+func (t *Tier) download(ctx context.Context, o object, ci int64, f *flight, record bool) (e *chunkEntry, err error) {
 	defer func() {
 		t.mu.Lock()
 		delete(t.inflight, chunkID{o.key, ci})
@@ -536,7 +556,7 @@ func (t *Tier) download(ctx context.Context, o object, ci int64, done chan struc
 			t.failed[chunkID{o.key, ci}] = err
 		}
 		t.mu.Unlock()
-		close(done)
+		close(f.done)
 	}()
 	if record {
 		// A read-ahead of a chunk on the disk level brings it back into
@@ -574,7 +594,7 @@ func (t *Tier) download(ctx context.Context, o object, ci int64, done chan struc
 		}
 		crc = crc32.Update(crc, castagnoli, p)
 		pause()
-		t.pace(ctx, len(p)) // a cancelled ctx fails the next body read
+		t.pace(ctx, len(p), f) // a cancelled ctx fails the next body read
 		resume()
 		runtime.Gosched()
 	})
@@ -590,15 +610,34 @@ func (t *Tier) download(ctx context.Context, o object, ci int64, done chan struc
 	return t.cache.put(o.key, ci, buf, n, o.sums != nil, crc, !record), nil
 }
 
-// pace waits until n more downloaded bytes fit the cold-read rate, or ctx
-// ends (a read waits for the rate, it never fails because of it).
-func (t *Tier) pace(ctx context.Context, n int) error {
+// pace waits until n more bytes of download f fit the cold-read rate, or
+// ctx ends (a read waits for the rate, it never fails because of it).
+// Demanded downloads go first: a read-ahead does not join the line while
+// one is waiting, so a read at a low rate waits for at most one step of
+// each read-ahead under way, not for their whole chunks.
+func (t *Tier) pace(ctx context.Context, n int, f *flight) error {
 	if t.fetchRate == nil {
 		return nil
 	}
 	for n > 0 {
 		k := min(n, t.fetchRate.Burst())
-		if err := t.fetchRate.WaitN(ctx, k); err != nil {
+		demanded := f.demanded.Load()
+		if demanded {
+			t.demanded.Add(1)
+		} else {
+			for t.demanded.Load() > 0 && !f.demanded.Load() {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(time.Millisecond):
+				}
+			}
+		}
+		err := t.fetchRate.WaitN(ctx, k)
+		if demanded {
+			t.demanded.Add(-1)
+		}
+		if err != nil {
 			return err
 		}
 		n -= k
@@ -606,14 +645,18 @@ func (t *Tier) pace(ctx context.Context, n int) error {
 	return nil
 }
 
-// startFetch makes sure a chunk is on its way and returns a channel closed
-// when it is cached (or its download failed).
-func (t *Tier) startFetch(o object, ci int64) <-chan struct{} {
+// startFetch makes sure a chunk is on its way (demanded: a read waits for
+// it) and returns a channel closed when it is cached (or its download
+// failed).
+func (t *Tier) startFetch(o object, ci int64, demanded bool) <-chan struct{} {
 	id := chunkID{o.key, ci}
 	t.mu.Lock()
-	if wait, ok := t.inflight[id]; ok {
+	if f, ok := t.inflight[id]; ok {
 		t.mu.Unlock()
-		return wait
+		if demanded {
+			f.demanded.Store(true)
+		}
+		return f.done
 	}
 	if t.cache.inMemory(o.key, ci) {
 		t.mu.Unlock()
@@ -621,18 +664,18 @@ func (t *Tier) startFetch(o object, ci int64) <-chan struct{} {
 		close(closed)
 		return closed
 	}
-	done := make(chan struct{})
-	t.inflight[id] = done
+	f := newFlight(demanded)
+	t.inflight[id] = f
 	t.mu.Unlock()
-	go t.download(context.Background(), o, ci, done, true) // no read-ahead from here: reads drive it
-	return done
+	go t.download(context.Background(), o, ci, f, true) // no read-ahead from here: reads drive it
+	return f.done
 }
 
 // prefetch brings a chunk into the memory level in the background (from
 // the disk level, else the bucket) unless it is there or on its way.
 func (t *Tier) prefetch(o object, ci int64) {
 	if !t.cache.inMemory(o.key, ci) {
-		t.startFetch(o, ci)
+		t.startFetch(o, ci, false)
 	}
 }
 

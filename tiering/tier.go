@@ -52,10 +52,11 @@ type Tier struct {
 
 	mu        sync.Mutex
 	manifests map[PartitionKey]*Manifest
-	indexes   *indexCache               // remote .index objects by key (LRU, bounded)
-	fetchRate *rate.Limiter             // cold-read downloads, bytes/s; nil: unlimited
-	inflight  map[chunkID]chan struct{} // chunk downloads under way
-	failed    map[chunkID]error         // last background download error, reported once
+	indexes   *indexCache         // remote .index objects by key (LRU, bounded)
+	fetchRate *rate.Limiter       // cold-read downloads, bytes/s; nil: unlimited
+	inflight  map[chunkID]*flight // chunk downloads under way
+	failed    map[chunkID]error   // last background download error, reported once
+	demanded  atomic.Int32        // demanded downloads waiting for fetchRate
 
 	uploadedBytes, uploadedSegments, downloadedBytes, errs atomic.Int64
 }
@@ -70,7 +71,7 @@ func New(store ObjectStore, logger *zap.Logger, cacheBytes int64) *Tier {
 		cacheBytes = 256 << 20
 	}
 	return &Tier{store: store, logger: logger, cache: newChunkCache(cacheBytes),
-		manifests: map[PartitionKey]*Manifest{}, indexes: newIndexCache(indexCacheBytes), inflight: map[chunkID]chan struct{}{}, failed: map[chunkID]error{}}
+		manifests: map[PartitionKey]*Manifest{}, indexes: newIndexCache(indexCacheBytes), inflight: map[chunkID]*flight{}, failed: map[chunkID]error{}}
 }
 
 // SetDiskCache adds a local-disk level of diskBytes under dir (emptied now)

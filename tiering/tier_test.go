@@ -835,3 +835,72 @@ func TestReadAheadBringsBackDiskChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestDemandedChunkGoesFirstUnderTheRate: at a low cold-read rate, a chunk a
+// read waits for is downloaded ahead of read-aheads already under way (they
+// yield the rate to it after their current step), not in turn with them.
+func TestDemandedChunkGoesFirstUnderTheRate(t *testing.T) {
+	dir := t.TempDir()
+	ls := log.OpenStore(log.Options{Logger: zaptest.NewLogger(t)})
+	t.Cleanup(func() { ls.Close() })
+	lp, err := ls.OpenPartition(filepath.Join(dir, "t-0"), log.Config{SegmentBytes: 1 << 20, RetentionMs: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 48; i++ { // segments of 1 MiB: 5 batches of 200 KiB each
+		res, err := lp.Append(batch(200<<10, int64(i), byte(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lp.WaitDurable(res.LastOffset + 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tier := New(NewMemStore(), zaptest.NewLogger(t), 8*chunkSize)
+	pk := PartitionKey{Topic: "t", Partition: 0}
+	ctx := context.Background()
+	if _, err := tier.Upload(ctx, pk, lp); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := tier.Manifest(ctx, pk)
+	if len(m.Segments) < 8 {
+		t.Fatalf("%d segments", len(m.Segments))
+	}
+	tier.index(ctx, pk, m.Segments[7].Base) // not part of what is timed
+	// 5 read-aheads and then the demanded chunk, 1 MiB each: 24 steps of
+	// 256 KiB at 4 MiB/s. Demanded first: it is done after about 9 (one
+	// more per read-ahead, then its own 4); in turn with them, after 24.
+	tier.SetFetchRate(4 << 20)
+	start := time.Now()
+	for i := 1; i <= 5; i++ {
+		tier.prefetch(segmentObject(pk, &m.Segments[i]), 0)
+	}
+	r, wait, err := tier.ReadNoWait(ctx, pk, m.Segments[7].Base, 1)
+	if err != nil || wait == nil {
+		r.Release()
+		t.Fatalf("segment 7 was not downloading: %v", err)
+	}
+	<-wait
+	demanded := time.Since(start)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		tier.mu.Lock()
+		busy := len(tier.inflight)
+		tier.mu.Unlock()
+		if busy == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("read-aheads never finished")
+		}
+	}
+	all := time.Since(start)
+	t.Logf("demanded after %v of %v", demanded, all)
+	if demanded > all*6/10 {
+		t.Fatalf("the demanded chunk took %v of the %v all six downloads took: it waited its turn", demanded, all)
+	}
+	if r, wait, err := tier.ReadNoWait(ctx, pk, m.Segments[7].Base, 1); err != nil || wait != nil || r.Len == 0 {
+		t.Fatalf("segment 7 after its download: wait %v, %v", wait, err)
+	} else {
+		r.Release()
+	}
+}
