@@ -478,10 +478,10 @@ func (t *Tier) ReadNoWait(ctx context.Context, pk PartitionKey, offset, maxBytes
 	return r, nil, err
 }
 
-// cached returns chunk ci of an object from the memory level or, unless a
-// download or read-back of it is under way (then it returns that's channel,
-// which the caller waits on rather than doing the same work twice), from
-// the disk level. Neither: nil, nil.
+// cached returns chunk ci of an object from the memory level or else from
+// the disk level, unless a download or read-back of it is under way: then
+// it returns that one's channel, for the caller to wait on rather than do
+// the same work twice. Neither: nil, nil.
 //
 // The caller is a read: a read-ahead it finds under way is demanded from
 // here on.
