@@ -61,8 +61,6 @@ func readChunkFile(path string, dst []byte) error {
 	return readFileInto(path, dst)
 }
 
-func alignUp(n int) int { return (n + directAlign - 1) &^ (directAlign - 1) }
-
 // aligned reports whether b's address is block-aligned and b has room for
 // n bytes.
 func aligned(b []byte, n int) bool {

@@ -24,9 +24,9 @@ import (
 // buffer addresses and lengths aligned to the device's logical block).
 const directAlign = 4096
 
-// diskSpace is what a chunk of n bytes takes on the disk level: its file
-// is written in whole blocks.
-func diskSpace(n int64) int64 { return (n + directAlign - 1) &^ (directAlign - 1) }
+// alignUp rounds n up to whole directAlign blocks: what a chunk of n bytes
+// takes on the disk level, whose files are written in whole blocks.
+func alignUp[T int | int64](n T) T { return (n + directAlign - 1) &^ (directAlign - 1) }
 
 // chunkSize is the alignment of cold-read ranged GETs: a read fetches the
 // aligned chunks covering what it needs, never a whole segment for a small
@@ -909,7 +909,7 @@ func (c *chunkCache) put(key string, ci int64, buf *[]byte, n int64, verified bo
 	drops := c.drops
 	for c.size > c.max {
 		old := c.evictLocked(c.victimLocked())
-		if c.dir != "" && diskSpace(int64(len(old.data))) <= c.diskMax && c.onDisk[old.id] == nil {
+		if c.dir != "" && alignUp(int64(len(old.data))) <= c.diskMax && c.onDisk[old.id] == nil {
 			old.refs++ // held by the spill below
 			spill = append(spill, old)
 		} else {
@@ -980,7 +980,7 @@ func (c *chunkCache) spill(e *chunkEntry, drops int64) {
 		return
 	}
 	c.onDisk[e.id] = c.diskLRU.PushFront(&diskEntry{e.id, path, int64(len(e.data)), e.verified, e.sum})
-	c.diskSize += diskSpace(int64(len(e.data)))
+	c.diskSize += alignUp(int64(len(e.data)))
 	for c.diskSize > c.diskMax {
 		c.forgetDiskLocked(c.diskLRU.Back())
 	}
@@ -1002,7 +1002,7 @@ func (c *chunkCache) forgetDiskLocked(el *list.Element) {
 	de := el.Value.(*diskEntry)
 	c.diskLRU.Remove(el)
 	delete(c.onDisk, de.id)
-	c.diskSize -= diskSpace(de.size)
+	c.diskSize -= alignUp(de.size)
 	os.Remove(de.path)
 }
 

@@ -445,23 +445,19 @@ func TestLocalDirUploadLinks(t *testing.T) {
 	}
 }
 
-// TestNoWaitSmallCacheMakesProgress: with the smallest cache (two chunks)
-// and batches spanning chunk boundaries, a no-wait catch-up reader still
-// reads everything, without downloading the data over and over.
-func TestNoWaitSmallCacheMakesProgress(t *testing.T) {
-	dir := t.TempDir()
+// bigPartition opens partition t-0 under dir with cfg and appends batches
+// of size bytes of records (batch i filled with byte i) until they total at
+// least total bytes, each durable before the next.
+func bigPartition(t *testing.T, dir string, cfg log.Config, size, total int) *log.Partition {
+	t.Helper()
 	ls := log.OpenStore(log.Options{Logger: zaptest.NewLogger(t)})
 	t.Cleanup(func() { ls.Close() })
-	lp, err := ls.OpenPartition(filepath.Join(dir, "t-0"), log.Config{SegmentBytes: 30 << 20, MaxMessageBytes: 4 << 20, RetentionMs: -1})
+	lp, err := ls.OpenPartition(filepath.Join(dir, "t-0"), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := NewMemStore()
-	tier := New(st, zaptest.NewLogger(t), 2*chunkSize)
-	pk := PartitionKey{Topic: "t", Partition: 0}
-	var total int64
-	for i := 0; total < 50<<20; i++ {
-		b := batch(3<<20+12345, int64(i), byte(i)) // 3 MiB and change: many span an 8 MiB boundary
+	for i, n := 0, 0; n < total; i++ {
+		b := batch(size, int64(i), byte(i))
 		res, err := lp.Append(b)
 		if err != nil {
 			t.Fatal(err)
@@ -469,8 +465,36 @@ func TestNoWaitSmallCacheMakesProgress(t *testing.T) {
 		if err := lp.WaitDurable(res.LastOffset + 1); err != nil {
 			t.Fatal(err)
 		}
-		total += int64(len(b))
+		n += len(b)
 	}
+	return lp
+}
+
+// waitDownloadsDone waits until no chunk download is under way.
+func waitDownloadsDone(t *testing.T, tier *Tier, timeout time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(time.Millisecond) {
+		tier.mu.Lock()
+		busy := len(tier.inflight)
+		tier.mu.Unlock()
+		if busy == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("read-aheads never finished")
+		}
+	}
+}
+
+// TestNoWaitSmallCacheMakesProgress: with the smallest cache (two chunks)
+// and batches spanning chunk boundaries, a no-wait catch-up reader still
+// reads everything, without downloading the data over and over.
+func TestNoWaitSmallCacheMakesProgress(t *testing.T) {
+	// Batches of 3 MiB and change: many span an 8 MiB boundary.
+	lp := bigPartition(t, t.TempDir(), log.Config{SegmentBytes: 30 << 20, MaxMessageBytes: 4 << 20, RetentionMs: -1}, 3<<20+12345, 50<<20)
+	st := NewMemStore()
+	tier := New(st, zaptest.NewLogger(t), 2*chunkSize)
+	pk := PartitionKey{Topic: "t", Partition: 0}
 	ctx := context.Background()
 	if _, err := tier.Upload(ctx, pk, lp); err != nil {
 		t.Fatal(err)
@@ -741,28 +765,13 @@ func TestReadAheadCrossesSegments(t *testing.T) {
 // released afterwards, and the bytes are the same.
 func TestReadAheadBringsBackDiskChunks(t *testing.T) {
 	dir := t.TempDir()
-	ls := log.OpenStore(log.Options{Logger: zaptest.NewLogger(t)})
-	t.Cleanup(func() { ls.Close() })
-	lp, err := ls.OpenPartition(filepath.Join(dir, "t-0"), log.Config{SegmentBytes: 80 << 20, MaxMessageBytes: 4 << 20, RetentionMs: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// One sealed segment of 9-10 chunks.
+	lp := bigPartition(t, dir, log.Config{SegmentBytes: 80 << 20, MaxMessageBytes: 4 << 20, RetentionMs: -1}, 2<<20+777, 90<<20)
 	tier := New(NewMemStore(), zaptest.NewLogger(t), 4*chunkSize) // read-ahead of 2
 	if err := tier.SetDiskCache(filepath.Join(dir, "cache"), 1<<30); err != nil {
 		t.Fatal(err)
 	}
 	pk := PartitionKey{Topic: "t", Partition: 0}
-	for i, total := 0, 0; total < 90<<20; i++ { // one sealed segment of 9-10 chunks
-		b := batch(2<<20+777, int64(i), byte(i))
-		res, err := lp.Append(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := lp.WaitDurable(res.LastOffset + 1); err != nil {
-			t.Fatal(err)
-		}
-		total += len(b)
-	}
 	ctx := context.Background()
 	if _, err := tier.Upload(ctx, pk, lp); err != nil {
 		t.Fatal(err)
@@ -816,17 +825,7 @@ func TestReadAheadBringsBackDiskChunks(t *testing.T) {
 	if st3 := tier.Stats(); st3.DownloadedBytes != st.DownloadedBytes {
 		t.Fatalf("second pass downloaded %d bytes", st3.DownloadedBytes-st.DownloadedBytes)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		tier.mu.Lock()
-		busy := len(tier.inflight)
-		tier.mu.Unlock()
-		if busy == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("read-aheads never finished")
-		}
-	}
+	waitDownloadsDone(t, tier, 5*time.Second)
 	tier.cache.mu.Lock()
 	defer tier.cache.mu.Unlock()
 	for el := tier.cache.lru.Front(); el != nil; el = el.Next() {
@@ -840,22 +839,8 @@ func TestReadAheadBringsBackDiskChunks(t *testing.T) {
 // read waits for is downloaded ahead of read-aheads already under way (they
 // yield the rate to it after their current step), not in turn with them.
 func TestDemandedChunkGoesFirstUnderTheRate(t *testing.T) {
-	dir := t.TempDir()
-	ls := log.OpenStore(log.Options{Logger: zaptest.NewLogger(t)})
-	t.Cleanup(func() { ls.Close() })
-	lp, err := ls.OpenPartition(filepath.Join(dir, "t-0"), log.Config{SegmentBytes: 1 << 20, RetentionMs: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 48; i++ { // segments of 1 MiB: 5 batches of 200 KiB each
-		res, err := lp.Append(batch(200<<10, int64(i), byte(i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := lp.WaitDurable(res.LastOffset + 1); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// 48 batches of 200 KiB: segments of 1 MiB, 5 batches each.
+	lp := bigPartition(t, t.TempDir(), log.Config{SegmentBytes: 1 << 20, RetentionMs: -1}, 200<<10, 48*(200<<10))
 	tier := New(NewMemStore(), zaptest.NewLogger(t), 8*chunkSize)
 	pk := PartitionKey{Topic: "t", Partition: 0}
 	ctx := context.Background()
@@ -882,17 +867,7 @@ func TestDemandedChunkGoesFirstUnderTheRate(t *testing.T) {
 	}
 	<-wait
 	demanded := time.Since(start)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		tier.mu.Lock()
-		busy := len(tier.inflight)
-		tier.mu.Unlock()
-		if busy == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("read-aheads never finished")
-		}
-	}
+	waitDownloadsDone(t, tier, 10*time.Second)
 	all := time.Since(start)
 	t.Logf("demanded after %v of %v", demanded, all)
 	if demanded > all*6/10 {
