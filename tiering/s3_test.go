@@ -276,6 +276,19 @@ func TestS3Multipart(t *testing.T) {
 	}
 }
 
+// s3Serving returns an S3 store on bucket "b" of a test HTTP server
+// answering every request with h.
+func s3Serving(t *testing.T, h http.HandlerFunc) *S3 {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	st, err := NewS3(context.Background(), S3Config{Bucket: "b", Endpoint: srv.URL, AccessKey: "k", SecretKey: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // TestS3CutBodyIsRetried: a ranged GET whose body stops short of its
 // Content-Length (a cut connection) is an error that Retrying retries, not
 // a final bad range; a range the server clips at the object's end is a bad
@@ -283,7 +296,7 @@ func TestS3Multipart(t *testing.T) {
 func TestS3CutBodyIsRetried(t *testing.T) {
 	obj := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB
 	var gets atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	st := s3Serving(t, func(w http.ResponseWriter, r *http.Request) {
 		var from, to int
 		if _, err := fmt.Sscanf(r.Header.Get("Range"), "bytes=%d-%d", &from, &to); err != nil {
 			http.Error(w, "want a range", http.StatusBadRequest)
@@ -299,12 +312,7 @@ func TestS3CutBodyIsRetried(t *testing.T) {
 			panic(http.ErrAbortHandler)
 		}
 		w.Write(body)
-	}))
-	defer srv.Close()
-	st, err := NewS3(context.Background(), S3Config{Bucket: "b", Endpoint: srv.URL, AccessKey: "k", SecretKey: "s"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	ctx := context.Background()
 	dst := make([]byte, 32<<10)
 	if err := Retrying(st, 3).(RangeReader).GetRangeInto(ctx, "o", 1000, dst, nil); err != nil {
@@ -314,7 +322,7 @@ func TestS3CutBodyIsRetried(t *testing.T) {
 		t.Fatalf("after %d GETs: wrong bytes", gets.Load())
 	}
 	gets.Store(1) // no more cuts
-	err = Retrying(st, 3).(RangeReader).GetRangeInto(ctx, "o", int64(len(obj))-100, dst, nil)
+	err := Retrying(st, 3).(RangeReader).GetRangeInto(ctx, "o", int64(len(obj))-100, dst, nil)
 	if !errors.Is(err, ErrBadRange) || gets.Load() != 2 {
 		t.Fatalf("clipped range: %v after %d GETs, want ErrBadRange after one", err, gets.Load()-1)
 	}
@@ -328,7 +336,7 @@ func TestS3CutBodyIsRetried(t *testing.T) {
 func TestS3ChecksumChecks(t *testing.T) {
 	obj := bytes.Repeat([]byte("0123456789abcdef"), 4096)
 	bad := base64.StdEncoding.EncodeToString([]byte{1, 2, 3, 4}) // not obj's CRC-32C
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	st := s3Serving(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("x-amz-checksum-crc32c", bad)
 		w.Header().Set("Content-Length", fmt.Sprint(len(obj)))
 		if r.Header.Get("Range") != "" {
@@ -336,12 +344,7 @@ func TestS3ChecksumChecks(t *testing.T) {
 			w.WriteHeader(http.StatusPartialContent)
 		}
 		w.Write(obj)
-	}))
-	defer srv.Close()
-	st, err := NewS3(context.Background(), S3Config{Bucket: "b", Endpoint: srv.URL, AccessKey: "k", SecretKey: "s"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	ctx := context.Background()
 	if b, err := st.GetRange(ctx, "o", 0, -1); err == nil {
 		t.Fatalf("whole-object GET with a wrong checksum: %d bytes, no error", len(b))
