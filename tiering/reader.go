@@ -802,9 +802,9 @@ func (c *chunkCache) memoryLocked(id chunkID, count bool) *chunkEntry {
 
 // lookup is get, counting the hit or miss if count (a read-ahead does not).
 func (c *chunkCache) lookup(key string, ci int64, count bool) *chunkEntry {
-	hit, miss := int64(0), int64(0)
+	n := int64(0) // added to the hit or the miss count
 	if count {
-		hit, miss = 1, 1
+		n = 1
 	}
 	c.mu.Lock()
 	id := chunkID{key, ci}
@@ -814,7 +814,7 @@ func (c *chunkCache) lookup(key string, ci int64, count bool) *chunkEntry {
 	}
 	de, ok := c.onDisk[id]
 	if !ok {
-		c.misses += miss
+		c.misses += n
 		c.mu.Unlock()
 		return nil
 	}
@@ -829,7 +829,7 @@ func (c *chunkCache) lookup(key string, ci int64, count bool) *chunkEntry {
 	if err != nil {
 		putChunkBuf(buf)
 		c.mu.Lock()
-		c.misses += miss
+		c.misses += n
 		if el, ok := c.onDisk[id]; ok && el.Value.(*diskEntry).path == d.path {
 			c.forgetDiskLocked(el)
 		}
@@ -838,12 +838,12 @@ func (c *chunkCache) lookup(key string, ci int64, count bool) *chunkEntry {
 	}
 	c.mu.Lock()
 	if c.drops != drops { // the object was found corrupt meanwhile
-		c.misses += miss
+		c.misses += n
 		c.mu.Unlock()
 		putChunkBuf(buf)
 		return nil
 	}
-	c.hits += hit
+	c.hits += n
 	c.mu.Unlock()
 	e := c.put(key, ci, buf, d.size, d.verified, d.sum, true)
 	if !count {
