@@ -49,7 +49,7 @@ func (s *Server) handleFetch(req *kmsg.FetchRequest) (kmsg.Response, error) {
 		deadline = time.Now().Add(time.Duration(req.MaxWaitMillis) * time.Millisecond)
 	}
 	for {
-		resp, bytes, waitOn := s.fetchOnce(req)
+		resp, bytes, waitOn, tails := s.fetchOnce(req)
 		if bytes >= int64(req.MinBytes) || deadline.IsZero() || len(waitOn) == 0 || s.ctx.Err() != nil {
 			return resp, nil
 		}
@@ -58,11 +58,19 @@ func (s *Server) handleFetch(req *kmsg.FetchRequest) (kmsg.Response, error) {
 			return resp, nil
 		}
 		resp.release() // read again after the wait
-		if !s.waitAny(waitOn, left) {
+		i := s.waitAny(waitOn, left)
+		if i < 0 {
 			// Timed out: answer with what there is now (new data may have
 			// arrived between the last read and the wait).
-			resp, _, _ = s.fetchOnce(req)
+			resp, _, _, _ = s.fetchOnce(req)
 			return resp, nil
+		}
+		if p := tails[i]; p != nil && s.cfg.Tier != nil {
+			// A tail consumer woken by an append: how long it took to run
+			// again tells the tail guard whether cold reads crowd it out.
+			if at := p.WokeAt(); !at.IsZero() {
+				s.cfg.Tier.ObserveTail(tiering.TailWake, time.Since(at))
+			}
 		}
 	}
 }
@@ -70,11 +78,13 @@ func (s *Server) handleFetch(req *kmsg.FetchRequest) (kmsg.Response, error) {
 // fetchOnce reads every requested partition once. It returns the response,
 // the record bytes in it and the notify channels (taken before reading, so no
 // append between the read and the wait is missed) of partitions that could
-// still grow.
-func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-chan struct{}) {
+// still grow, with, for each channel, the partition log it belongs to if the
+// read there was a local one (a tail read), else nil.
+func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-chan struct{}, []*log.Partition) {
 	resp := &fetchResponse{FetchResponse: req.ResponseKind().(*kmsg.FetchResponse)}
 	var total int64
 	var waitOn []<-chan struct{}
+	var tails []*log.Partition
 	maxBytes := int64(req.MaxBytes)
 	if maxBytes <= 0 {
 		maxBytes = 1<<31 - 1
@@ -111,6 +121,7 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-c
 				continue
 			}
 			waitOn = append(waitOn, p.log.Notify())
+			tails = append(tails, p.log)
 			budget := min(int64(rp.PartitionMaxBytes), maxBytes-total)
 			var res *log.ReadResult
 			var err error
@@ -125,8 +136,10 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-c
 				var b *tiering.ColdRead
 				var wait <-chan struct{}
 				if b, wait, err = s.coldRead(p, rp.FetchOffset, max(budget, 1)); err == nil {
+					tails[len(tails)-1] = nil
 					if wait != nil {
 						waitOn = append(waitOn, wait)
+						tails = append(tails, nil)
 					}
 					sp.HighWatermark = p.log.HighWatermark()
 					sp.LastStableOffset, sp.LogStartOffset = sp.HighWatermark, p.log.LogStartOffset()
@@ -165,22 +178,22 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-c
 		resp.cold = append(resp.cold, cold)
 		resp.Topics = append(resp.Topics, st)
 	}
-	return resp, total, waitOn
+	return resp, total, waitOn, tails
 }
 
-// waitAny waits until one of chans closes (true), or d passes or the server
-// shuts down (false).
-func (s *Server) waitAny(chans []<-chan struct{}, d time.Duration) bool {
+// waitAny waits until one of chans closes and returns its index, or returns
+// -1 when d passes or the server shuts down.
+func (s *Server) waitAny(chans []<-chan struct{}, d time.Duration) int {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	if len(chans) == 1 {
 		select {
 		case <-chans[0]:
-			return true
+			return 0
 		case <-timer.C:
 		case <-s.ctx.Done():
 		}
-		return false
+		return -1
 	}
 	cases := make([]reflect.SelectCase, 0, len(chans)+2)
 	cases = append(cases,
@@ -190,5 +203,5 @@ func (s *Server) waitAny(chans []<-chan struct{}, d time.Duration) bool {
 		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
 	}
 	i, _, _ := reflect.Select(cases)
-	return i >= 2
+	return i - 2
 }

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/synapsebroker/synapse/protocol"
+	"github.com/synapsebroker/synapse/tiering"
 )
 
 // conn is one client connection. One goroutine reads a request, handles it
@@ -98,6 +99,7 @@ func (c *conn) serve() {
 			}
 			return
 		}
+		read := time.Now()
 		if !c.setBusy(true) {
 			return
 		}
@@ -115,6 +117,11 @@ func (c *conn) serve() {
 			if err := c.pipelineProduce(corr, d); err != nil {
 				log.Debug("closing connection", zap.Stringer("remote", c.nc.RemoteAddr()), zap.Error(err))
 				return
+			}
+			if t := c.s.cfg.Tier; t != nil && len(frame) <= tailProduceBytes {
+				// A small acks=all produce: how long it took tells the
+				// tail guard whether cold reads crowd the tail out.
+				t.ObserveTail(tiering.TailProduce, time.Since(read))
 			}
 		} else if resp != nil {
 			if err := c.write(corr, resp); err != nil {
@@ -145,6 +152,10 @@ func (c *conn) write(corr int32, resp kmsg.Response) error {
 	_, err := c.nc.Write(c.out)
 	return err
 }
+
+// tailProduceBytes is the largest produce request the tail guard times
+// (bulk loads take long for their size, not for a lack of processors).
+const tailProduceBytes = 64 << 10
 
 // maxPipelined bounds the produce requests appended ahead of their fsync
 // on one connection.

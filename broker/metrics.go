@@ -25,13 +25,17 @@ var (
 	descTierErrors  = prometheus.NewDesc("synapse_tier_errors_total", "Failed object-store operations.", nil, nil)
 	descLagBytes    = prometheus.NewDesc("synapse_tier_upload_lag_bytes", "Bytes of sealed segments not yet in the tiered store.", nil, nil)
 	descLagSegs     = prometheus.NewDesc("synapse_tier_upload_lag_segments", "Sealed segments not yet in the tiered store.", nil, nil)
+	descColdRate    = prometheus.NewDesc("synapse_tier_cold_read_rate_bytes", "Cold-read download rate in force (the tail guard's limit or the configured one); 0 = unlimited.", nil, nil)
+	descTailLate    = prometheus.NewDesc("synapse_tier_tail_late_total", "Tail requests (small acks=all produce, fetches woken at the log end) slower than without cold reads, by the tail guard's reference.", nil, nil)
+	descBackoffs    = prometheus.NewDesc("synapse_tier_cold_backoffs_total", "Times the tail guard halved the cold-read rate.", nil, nil)
 	descGroups      = prometheus.NewDesc("synapse_groups", "Consumer groups by state.", []string{"state"}, nil)
 	descMembers     = prometheus.NewDesc("synapse_group_members", "Members of all consumer groups.", nil, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConns, descPartitions, descLocalBytes, descUpBytes, descUpSegs,
-		descDownBytes, descCacheHits, descCacheMisses, descTierErrors, descLagBytes, descLagSegs, descGroups, descMembers} {
+		descDownBytes, descCacheHits, descCacheMisses, descTierErrors, descLagBytes, descLagSegs, descColdRate, descTailLate, descBackoffs,
+		descGroups, descMembers} {
 		ch <- d
 	}
 }
@@ -72,5 +76,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descTierErrors, st.Errors)
 		gauge(descLagBytes, float64(st.LagBytes))
 		gauge(descLagSegs, float64(st.LagSegments))
+		gauge(descColdRate, float64(st.ColdRate))
+		counter(descTailLate, st.TailLate)
+		counter(descBackoffs, st.Backoffs)
 	}
 }

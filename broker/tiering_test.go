@@ -457,3 +457,45 @@ func TestSealedSegmentUploadedAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestTailTrafficReachesTheGuard: small acks=all produce requests and
+// fetches woken at the end of a partition are timed for the tail guard;
+// large produce requests are not.
+func TestTailTrafficReachesTheGuard(t *testing.T) {
+	tier := tiering.New(tiering.NewMemStore(), nil, 8<<20)
+	ts := startTiered(t, t.TempDir(), tier)
+	ctx := ctxT(t)
+	pr, adm := client(t, ts.addr, kgo.ProducerLinger(0), kgo.ProducerBatchCompression(kgo.NoCompression()))
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "tail"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pr.ProduceSync(ctx, &kgo.Record{Topic: "tail", Value: bytes.Repeat([]byte{7}, 200<<10)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if n := tier.Stats().TailSamples; n != 0 {
+		t.Fatalf("a 200 KiB produce was timed as tail traffic (%d samples)", n)
+	}
+	cons, _ := client(t, ts.addr, kgo.ConsumeTopics("tail"), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchMaxWait(5*time.Second))
+	got := make(chan int, 1)
+	go func() {
+		n := 0
+		for n < 5 && ctx.Err() == nil {
+			cons.PollFetches(ctx).EachRecord(func(*kgo.Record) { n++ })
+		}
+		got <- n
+	}()
+	time.Sleep(300 * time.Millisecond) // the consumer waits at the end
+	for i := 0; i < 5; i++ {
+		if err := pr.ProduceSync(ctx, &kgo.Record{Topic: "tail", Value: []byte("x")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := <-got; n != 5 {
+		t.Fatalf("consumed %d", n)
+	}
+	// 5 produce samples, and at least one fetch woken by an append.
+	if n := tier.Stats().TailSamples; n < 6 {
+		t.Fatalf("%d tail samples, want at least 6", n)
+	}
+}

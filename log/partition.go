@@ -79,7 +79,8 @@ type Partition struct {
 	logStart atomic.Int64
 	failed   atomic.Pointer[StorageError]
 	notify   atomic.Pointer[chan struct{}]
-	waiting  atomic.Bool // someone holds the current notify channel
+	waiting  atomic.Bool  // someone holds the current notify channel
+	wokeAt   atomic.Int64 // when wake last closed a notify channel: nanoseconds since clockStart
 
 	mu          sync.Mutex
 	active      *segment
@@ -146,7 +147,21 @@ func (p *Partition) wake() {
 	}
 	ch := make(chan struct{})
 	old := p.notify.Swap(&ch)
+	p.wokeAt.Store(int64(time.Since(clockStart)))
 	close(*old)
+}
+
+// clockStart anchors wokeAt to the monotonic clock.
+var clockStart = time.Now()
+
+// WokeAt is when the last wake-up closed a notify channel (for measuring how
+// long a waiter took to run again); the zero time if none has.
+func (p *Partition) WokeAt() time.Time {
+	n := p.wokeAt.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return clockStart.Add(time.Duration(n))
 }
 
 // setHWLocked publishes a new high watermark and wakes waiters. p.mu held.

@@ -100,6 +100,12 @@ type procTierStatus struct {
 		UploadedSegments int64 `json:"UploadedSegments"`
 		LagSegments      int64 `json:"lag_segments"`
 		LagBytes         int64 `json:"lag_bytes"`
+		DownloadedBytes  int64 `json:"DownloadedBytes"`
+		ColdRate         int64 `json:"ColdRate"`
+		TailSamples      int64 `json:"TailSamples"`
+		TailLate         int64 `json:"TailLate"`
+		Crowded          int64 `json:"Crowded"`
+		Backoffs         int64 `json:"Backoffs"`
 	} `json:"tier"`
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/synapsebroker/synapse/log"
 )
@@ -619,7 +620,14 @@ func (t *Tier) pace(ctx context.Context, n int, f *flight) error {
 	if t.fetchRate == nil {
 		return nil
 	}
+	t.guardTick()
 	for n > 0 {
+		if t.fetchRate.Limit() == rate.Inf {
+			// The guard's limit is lifted: nothing to wait for, and no
+			// line for demanded downloads to go first in.
+			t.guard.tookRate(n)
+			return nil
+		}
 		k := min(n, t.fetchRate.Burst())
 		demanded := f.demanded.Load()
 		if demanded {
@@ -634,6 +642,7 @@ func (t *Tier) pace(ctx context.Context, n int, f *flight) error {
 			}
 		}
 		err := t.fetchRate.WaitN(ctx, k)
+		t.guard.tookRate(k)
 		if demanded {
 			t.demanded.Add(-1)
 		}

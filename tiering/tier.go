@@ -42,6 +42,11 @@ type Stats struct {
 	DownloadedBytes                 int64
 	CacheHits, CacheMisses          int64
 	Errors                          int64
+	// The tail guard (guard.go): the cold-read rate in force (bytes/s, 0:
+	// unlimited), tail samples seen and how many were late, windows
+	// crowded by CPU pressure, and how many times it halved the rate.
+	ColdRate                                 int64
+	TailSamples, TailLate, Crowded, Backoffs int64
 }
 
 // Tier is a broker's tiered store: uploads, manifests, cold reads.
@@ -53,7 +58,8 @@ type Tier struct {
 	mu        sync.Mutex
 	manifests map[PartitionKey]*Manifest
 	indexes   *indexCache         // remote .index objects by key (LRU, bounded)
-	fetchRate *rate.Limiter       // cold-read downloads, bytes/s; nil: unlimited
+	fetchRate *rate.Limiter       // cold-read downloads, bytes/s; nil: unlimited and unguarded
+	guard     tailGuard           // adapts fetchRate's limit to tail traffic
 	inflight  map[chunkID]*flight // chunk downloads under way
 	failed    map[chunkID]error   // last background download error, reported once
 	demanded  atomic.Int32        // demanded downloads waiting for fetchRate
@@ -70,8 +76,10 @@ func New(store ObjectStore, logger *zap.Logger, cacheBytes int64) *Tier {
 	if cacheBytes <= 0 {
 		cacheBytes = 256 << 20
 	}
-	return &Tier{store: store, logger: logger, cache: newChunkCache(cacheBytes),
+	t := &Tier{store: store, logger: logger, cache: newChunkCache(cacheBytes),
 		manifests: map[PartitionKey]*Manifest{}, indexes: newIndexCache(indexCacheBytes), inflight: map[chunkID]*flight{}, failed: map[chunkID]error{}}
+	t.SetTailGuard(true)
+	return t
 }
 
 // SetDiskCache adds a local-disk level of diskBytes under dir (emptied now)
@@ -83,17 +91,17 @@ func (t *Tier) SetDiskCache(dir string, diskBytes int64) error {
 // SetFetchRate bounds the bytes cold reads download per second (as Kafka's
 // remote.log.manager.fetch.max.bytes.per.second, KIP-956): downloads wait
 // their turn, so catch-up readers cannot take the machine from the tail's
-// producers and consumers. 0 means unlimited. Call before serving.
+// producers and consumers. 0 means unlimited. It is the ceiling of the tail
+// guard (guard.go). Call before serving.
 func (t *Tier) SetFetchRate(bytesPerSec int64) {
-	if bytesPerSec <= 0 {
-		t.fetchRate = nil
-		return
+	t.guard.mu.Lock()
+	defer t.guard.mu.Unlock()
+	t.guard.ceiling, t.guard.limit = rate.Inf, 0
+	if bytesPerSec > 0 {
+		t.guard.ceiling = rate.Limit(bytesPerSec)
 	}
-	// A burst of one download step (256 KiB), starting empty: downloads
-	// are paced step by step, not let through a chunk at a time.
-	const burst = 256 << 10
-	t.fetchRate = rate.NewLimiter(rate.Limit(bytesPerSec), burst)
-	t.fetchRate.AllowN(time.Now(), burst)
+	t.fetchRate = nil // a new limiter, starting empty
+	t.applyRateLocked()
 }
 
 // Store returns the underlying object store.
@@ -102,8 +110,13 @@ func (t *Tier) Store() ObjectStore { return t.store }
 // Stats returns a snapshot of the counters.
 func (t *Tier) Stats() Stats {
 	h, m := t.cache.stats()
-	return Stats{UploadedBytes: t.uploadedBytes.Load(), UploadedSegments: t.uploadedSegments.Load(),
-		DownloadedBytes: t.downloadedBytes.Load(), CacheHits: h, CacheMisses: m, Errors: t.errs.Load()}
+	st := Stats{UploadedBytes: t.uploadedBytes.Load(), UploadedSegments: t.uploadedSegments.Load(),
+		DownloadedBytes: t.downloadedBytes.Load(), CacheHits: h, CacheMisses: m, Errors: t.errs.Load(),
+		ColdRate: t.coldRateInForce()}
+	t.guard.mu.Lock()
+	st.TailSamples, st.TailLate, st.Crowded, st.Backoffs = t.guard.waits, t.guard.late, t.guard.crowded, t.guard.backoffs
+	t.guard.mu.Unlock()
+	return st
 }
 
 // Manifest returns the partition's manifest (empty if none was written).

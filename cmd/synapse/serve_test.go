@@ -153,7 +153,7 @@ func TestServeServesAndStops(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, m := range []string{"synapse_partitions 2", "synapse_tier_upload_lag_segments", `synapse_groups{state="Stable"} 0`, "synapse_group_members 0", "go_goroutines"} {
+	for _, m := range []string{"synapse_partitions 2", "synapse_tier_upload_lag_segments", "synapse_tier_cold_read_rate_bytes 0", `synapse_groups{state="Stable"} 0`, "synapse_group_members 0", "go_goroutines"} {
 		if !strings.Contains(string(body), m) {
 			t.Errorf("/metrics lacks %q", m)
 		}

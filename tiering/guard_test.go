@@ -1,0 +1,241 @@
+package tiering
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// guardRig is a Tier whose tail guard runs on a fake clock, with a fake
+// PSI file when psi is set.
+type guardRig struct {
+	t    *Tier
+	now  time.Time
+	psi  string        // PSI file path ("" = none)
+	stat time.Duration // its "some" total
+}
+
+func newGuardRig(tb testing.TB, withPSI bool) *guardRig {
+	r := &guardRig{t: New(NewMemStore(), nil, 0), now: time.Now()}
+	g := &r.t.guard
+	g.mu.Lock()
+	g.clock = func() time.Time { return r.now }
+	g.psi = nil
+	if withPSI {
+		r.psi = filepath.Join(tb.TempDir(), "cpu.pressure")
+		r.writePSI(tb)
+		g.psi = &pressure{path: r.psi, at: r.now}
+	}
+	g.mu.Unlock()
+	return r
+}
+
+func (r *guardRig) writePSI(tb testing.TB) {
+	body := fmt.Sprintf("some avg10=0.00 avg60=0.00 avg300=0.00 total=%d\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", r.stat.Microseconds())
+	if err := os.WriteFile(r.psi, []byte(body), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func (r *guardRig) limit() rate.Limit {
+	r.t.guard.mu.Lock()
+	defer r.t.guard.mu.Unlock()
+	return r.t.guard.limit
+}
+
+// window lets one guard window pass: cold downloads move (moving) at
+// about 100 MB/s, the machine's PSI share is share (if the rig has PSI),
+// and tail samples of lat arrive (n of each signal).
+func (r *guardRig) window(tb testing.TB, moving bool, share float64, n int, lat time.Duration) {
+	end := r.now.Add(tailWindow)
+	step := tailWindow / time.Duration(n+1)
+	for i := 0; i < n; i++ {
+		r.now = r.now.Add(step)
+		if moving {
+			r.t.guard.tookRate(int(100e6 * step.Seconds()))
+		}
+		r.stat += time.Duration(share * float64(step))
+		if r.psi != "" {
+			r.writePSI(tb)
+		}
+		r.t.ObserveTail(TailProduce, lat)
+		r.t.ObserveTail(TailWake, lat/10)
+	}
+	r.stat += time.Duration(share * float64(end.Sub(r.now)))
+	r.now = end
+	if r.psi != "" {
+		r.writePSI(tb)
+	}
+	r.t.guardTick() // the window ends here
+}
+
+// TestTailGuardBacksOffAndRecovers: late tail samples while cold reads move
+// take the cold-read rate from unlimited to the floor; samples on time
+// while cold reads move raise it; late ones halve it again, down to the
+// floor; a second without tail traffic lifts it.
+func TestTailGuardBacksOffAndRecovers(t *testing.T) {
+	r := newGuardRig(t, false)
+	if r.t.fetchRate == nil || r.limit() != rate.Inf {
+		t.Fatalf("guard on by default: want a limiter at Inf, got %v", r.limit())
+	}
+	// The quiet reference: tail samples of 400 µs without cold reads.
+	for range 2 * quietEnough / 10 {
+		r.window(t, false, 0, 10, 400*time.Microsecond)
+	}
+	if r.limit() != rate.Inf {
+		t.Fatalf("quiet tail lowered the rate to %v", r.limit())
+	}
+	// Cold reads at full speed, tail on time: nothing changes.
+	for range 10 {
+		r.window(t, true, 0, 10, 450*time.Microsecond)
+	}
+	if r.limit() != rate.Inf {
+		t.Fatalf("tail on time, yet the rate is %v", r.limit())
+	}
+	// The tail is late (3 ms against a quiet p99 of 400 µs): from
+	// unlimited straight to the floor.
+	r.window(t, true, 0, 10, 3*time.Millisecond)
+	if got := r.limit(); got != tailFloor {
+		t.Fatalf("after one late window: rate %v, want the floor %v", got, rate.Limit(tailFloor))
+	}
+	// On time again: the rate grows back, window by window.
+	for range 20 {
+		r.window(t, true, 0, 10, 450*time.Microsecond)
+	}
+	grown := r.limit()
+	if grown <= 2*tailFloor {
+		t.Fatalf("rate %v after 20 windows on time, want it well above the floor", grown)
+	}
+	// Late again: halved per window, down to the floor.
+	r.window(t, true, 0, 10, 3*time.Millisecond)
+	if got := r.limit(); got != grown/2 {
+		t.Fatalf("late window: rate %v, want half of %v", got, grown)
+	}
+	for range 20 {
+		r.window(t, true, 0, 10, 3*time.Millisecond)
+	}
+	if got := r.limit(); got != tailFloor {
+		t.Fatalf("rate %v after many late windows, want the floor %v", got, rate.Limit(tailFloor))
+	}
+	// Tail on time but no cold download moving: nothing tested, nothing
+	// raised.
+	for range 20 {
+		r.window(t, false, 0, 10, 450*time.Microsecond)
+	}
+	if got := r.limit(); got != tailFloor {
+		t.Fatalf("rate %v rose without cold reads to show it is harmless", got)
+	}
+	// No tail traffic for longer than tailIdle: no limit.
+	r.now = r.now.Add(tailIdle + tailWindow)
+	r.t.guardTick()
+	if got := r.limit(); got != rate.Inf {
+		t.Fatalf("rate %v after the tail went away, want Inf", got)
+	}
+	st := r.t.Stats()
+	if st.Backoffs < 20 || st.TailLate < 20 || st.ColdRate != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestTailGuardLateOnlyWhileColdReadsMove: a slow tail with no cold
+// download moving is the machine's normal (it joins the reference), not a
+// reason to slow cold reads.
+func TestTailGuardLateOnlyWhileColdReadsMove(t *testing.T) {
+	r := newGuardRig(t, false)
+	for range 40 {
+		r.window(t, false, 0, 10, 3*time.Millisecond)
+	}
+	if got := r.limit(); got != rate.Inf {
+		t.Fatalf("rate %v without cold reads", got)
+	}
+	// The quiet reference is 3 ms now: cold reads with the tail at 3 ms
+	// are not slowed.
+	for range 10 {
+		r.window(t, true, 0, 10, 3*time.Millisecond)
+	}
+	if got := r.limit(); got != rate.Inf {
+		t.Fatalf("rate %v with the tail as slow as without cold reads", got)
+	}
+}
+
+// TestTailGuardPressure: with the tail on time as the broker sees it, CPU
+// pressure above its level without cold reads still backs them off; the
+// same pressure without cold reads moving does not.
+func TestTailGuardPressure(t *testing.T) {
+	r := newGuardRig(t, true)
+	for range 40 {
+		r.window(t, false, 0.15, 10, 400*time.Microsecond)
+	}
+	for range 5 {
+		r.window(t, true, 0.18, 10, 400*time.Microsecond) // within the margin
+	}
+	if got := r.limit(); got != rate.Inf {
+		t.Fatalf("rate %v with pressure within the margin", got)
+	}
+	r.window(t, true, 0.8, 10, 400*time.Microsecond)
+	if got := r.limit(); got == rate.Inf {
+		t.Fatal("pressure 0.8 against 0.15 without cold reads did not back off")
+	}
+	if st := r.t.Stats(); st.Crowded != 1 || st.Backoffs != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestTailGuardCeilingAndOff: the configured rate bounds what the guard
+// grows back to; with the guard off, samples change nothing and an
+// unconfigured rate means no limiter at all.
+func TestTailGuardCeilingAndOff(t *testing.T) {
+	r := newGuardRig(t, false)
+	r.t.SetFetchRate(32 << 20)
+	for range 2 * quietEnough / 10 {
+		r.window(t, false, 0, 10, 400*time.Microsecond)
+	}
+	r.window(t, true, 0, 10, 3*time.Millisecond)
+	if got := r.limit(); got != tailFloor {
+		t.Fatalf("rate %v, want the floor: from the ceiling straight down", got)
+	}
+	for range 100 {
+		r.window(t, true, 0, 10, 400*time.Microsecond)
+	}
+	if got := r.limit(); got != 32<<20 {
+		t.Fatalf("rate %v grew past the ceiling", got)
+	}
+	r.t.SetTailGuard(false)
+	r.t.SetFetchRate(0)
+	if r.t.fetchRate != nil {
+		t.Fatal("guard off and no rate: want no limiter")
+	}
+	r.t.ObserveTail(TailProduce, time.Second)
+	if st := r.t.Stats(); st.ColdRate != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestParsePressure(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"some avg10=1.00 avg60=6.80 avg300=11.78 total=3996974950\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", 3996974950 * time.Microsecond, true},
+		{"some avg10=0.00 avg60=0.00 avg300=0.00 total=12\n", 12 * time.Microsecond, true},
+		{"full avg10=0.00 total=5\n", 0, false},
+		{"some avg10=0.00 total=-3\n", 0, false},
+		{"some avg10=0.00 total=x\n", 0, false},
+		{"", 0, false},
+	} {
+		got, ok := parsePressure([]byte(c.in))
+		if got != c.want || ok != c.ok {
+			t.Errorf("parsePressure(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+	if p := openPressure(); p != nil {
+		if _, ok := p.share(time.Now().Add(time.Second)); !ok {
+			t.Errorf("%s: readable at open, not after", p.path)
+		}
+	}
+}
