@@ -58,6 +58,7 @@ func (s *Server) handleFetch(req *kmsg.FetchRequest) (kmsg.Response, error) {
 			return resp, nil
 		}
 		resp.release() // read again after the wait
+		waited := time.Now()
 		i := s.waitAny(waitOn, left)
 		if i < 0 {
 			// Timed out: answer with what there is now (new data may have
@@ -68,7 +69,9 @@ func (s *Server) handleFetch(req *kmsg.FetchRequest) (kmsg.Response, error) {
 		if p := tails[i]; p != nil && s.cfg.Tier != nil {
 			// A tail consumer woken by an append: how long it took to run
 			// again tells the tail guard whether cold reads crowd it out.
-			if at := p.WokeAt(); !at.IsZero() {
+			// (A wake before the wait began measures the read, not the
+			// wait: not a sample.)
+			if at := p.WokeAt(); !at.Before(waited) {
 				s.cfg.Tier.ObserveTail(tiering.TailWake, time.Since(at))
 			}
 		}

@@ -114,13 +114,16 @@ func (c *conn) serve() {
 			// fsync, so one group-commit round covers them all (an
 			// idempotent producer keeps up to five in flight). Responses
 			// still go out in request order.
-			if err := c.pipelineProduce(corr, d); err != nil {
+			n, err := c.pipelineProduce(corr, d)
+			if err != nil {
 				log.Debug("closing connection", zap.Stringer("remote", c.nc.RemoteAddr()), zap.Error(err))
 				return
 			}
-			if t := c.s.cfg.Tier; t != nil && len(frame) <= tailProduceBytes {
-				// A small acks=all produce: how long it took tells the
-				// tail guard whether cold reads crowd the tail out.
+			if t := c.s.cfg.Tier; t != nil && n == 1 && c.partial == nil && len(frame) <= tailProduceBytes {
+				// A small acks=all produce answered on its own (no
+				// pipelined requests, no wait for one's rest): how long it
+				// took tells the tail guard whether cold reads crowd the
+				// tail out.
 				t.ObserveTail(tiering.TailProduce, time.Since(read))
 			}
 		} else if resp != nil {
@@ -162,8 +165,9 @@ const tailProduceBytes = 64 << 10
 const maxPipelined = 16
 
 // pipelineProduce handles the produce requests already buffered behind d
-// (append only), then finishes and answers them all in order.
-func (c *conn) pipelineProduce(corr int32, first *deferredProduce) error {
+// (append only), then finishes and answers them all in order. It returns
+// how many requests it handled.
+func (c *conn) pipelineProduce(corr int32, first *deferredProduce) (int, error) {
 	type item struct {
 		corr int32
 		resp kmsg.Response
@@ -199,10 +203,10 @@ func (c *conn) pipelineProduce(corr int32, first *deferredProduce) error {
 			continue // acks=0
 		}
 		if err := c.write(it.corr, resp); err != nil {
-			return err
+			return len(items), err
 		}
 	}
-	return readErr
+	return len(items), readErr
 }
 
 // nextIsProduce reports whether the header of a Produce request is already

@@ -27,7 +27,7 @@ var (
 	descLagSegs     = prometheus.NewDesc("synapse_tier_upload_lag_segments", "Sealed segments not yet in the tiered store.", nil, nil)
 	descColdRate    = prometheus.NewDesc("synapse_tier_cold_read_rate_bytes", "Cold-read download rate in force (the tail guard's limit or the configured one); 0 = unlimited.", nil, nil)
 	descTailLate    = prometheus.NewDesc("synapse_tier_tail_late_total", "Tail requests (small acks=all produce, fetches woken at the log end) slower than without cold reads, by the tail guard's reference.", nil, nil)
-	descBackoffs    = prometheus.NewDesc("synapse_tier_cold_backoffs_total", "Times the tail guard halved the cold-read rate.", nil, nil)
+	descBackoffs    = prometheus.NewDesc("synapse_tier_cold_backoffs_total", "Times the tail guard lowered the cold-read rate.", nil, nil)
 	descGroups      = prometheus.NewDesc("synapse_groups", "Consumer groups by state.", []string{"state"}, nil)
 	descMembers     = prometheus.NewDesc("synapse_group_members", "Members of all consumer groups.", nil, nil)
 )

@@ -15,36 +15,40 @@ import (
 // (the download, its checksum, the copy to the client; on a small machine
 // also the client and an S3 server beside it), and the tail's requests then
 // wait for a processor. While there is tail traffic, the guard watches two
-// things once per window (tailWindow):
+// things:
 //
 //   - The tail as the broker serves it (ObserveTail): acks=all produce
-//     requests of up to 64 KiB from their last byte read to their response
-//     written, and fetches waiting at the end of a partition from the high
-//     watermark moving to running again. Each signal keeps its last
-//     quietSamples samples taken while no cold download was moving: their
-//     99th percentile is what the tail gets on this machine anyway (its
-//     disk's fsync jitter included). While cold reads move, a sample above
-//     1.5 times that (the goal for the tail's p99) is late. Until
-//     there are quietEnough quiet samples, late means above twice the
-//     smallest sample plus 250 µs.
-//   - CPU pressure (pressure.go, Linux PSI): the share of the window during
-//     which some task waited for a processor. It sees what the broker's own
-//     samples cannot: the wait of the clients and of anything else on the
-//     machine, and the wait before the broker reads a request at all. A
-//     window with cold downloads moving is crowded if that share is more
-//     than pressureMargin above its average over windows without them.
+//     requests of up to 64 KiB answered on their own, from their last byte
+//     read to their response written, and fetches waiting at the end of a
+//     partition, from the high watermark moving to running again. Each
+//     signal keeps its last quietSamples samples taken while no cold
+//     download was moving: 1.5 times their 99th percentile (the goal
+//     for the tail's p99) is the lateness threshold, so a slow disk or a
+//     busy machine is what the tail is measured against, not blamed on cold
+//     reads. Until there are quietEnough quiet samples, the threshold is
+//     twice the smallest sample plus 250 µs. Cold reads are too much when
+//     more than lateShare of the recent tail samples are late (at least
+//     two): a p99 goal tolerates the odd slow request, not a trend.
+//   - CPU pressure (pressure.go, Linux PSI): the share of each window
+//     (tailWindow) during which some task waited for a processor. It sees
+//     what the broker's own samples cannot: the clients' waits and the wait
+//     before a request is read at all. A window with cold downloads moving
+//     is crowded if that share is more than pressureMargin above its
+//     average over windows without them.
 //
-// A window with a late sample, or crowded, halves the cold-read rate (never
-// below tailFloor; from the ceiling it goes to tailFloor at once); a window
-// with tail samples on time while cold downloads moved raises it by a
-// twentieth plus 512 KiB/s (so 4 → 100 MiB/s takes about 1.5 s); a second
-// without tail samples lifts it entirely. This is LEDBAT's idea (a background transfer backs off when the
-// foreground's delay grows past what it is without it): a broker with
-// processors to spare sees neither late samples nor pressure and never
-// slows its catch-up readers; a busy one serves the tail first and the
-// backlog with what is left. Cold reads slowed down leave windows without
-// downloads, which keep the quiet references current, so a reference taken
-// under other load corrects itself.
+// At the end of each window: too many late samples, or a crowded window,
+// halve the cold-read rate (from the ceiling, straight to tailFloor, as
+// TCP's slow start begins small: halving from a GB/s would take the tail's
+// p99 with it while it converged); a window of tail samples while cold
+// downloads moved and neither raises it by 3% plus 256 KiB/s (4 → 100
+// MiB/s in about 1.8 s, → 1 GiB/s in 3.7 s); a second without tail samples
+// lifts it. This
+// is LEDBAT's idea (a background transfer backs off when the foreground's
+// delay grows past what it is without it): where cold reads make no
+// processor short, the tail stays on time, the rate only grows, and
+// catch-up readers are not slowed; on a saturated machine they get what is
+// left, never less than tailFloor. The lowered rate stays while tail
+// traffic does, so the next catch-up reader starts from it.
 //
 // The configured --tier-fetch-max-bytes-per-second stays the ceiling; cold
 // reads served from the cache are not paced (they cost no download).
@@ -56,9 +60,13 @@ const (
 	tailLift     = 4 << 30               // grown past 4 GiB/s, the guard's limit is lifted
 	quietSamples = 1024                  // quiet samples kept per signal
 	quietEnough  = 200                   // quiet samples before their p99 is trusted
+	// lateShare of the recent tail samples (the last lateHorizon to
+	// 2*lateHorizon, at least two) late backs cold reads off.
+	lateShare   = 0.01
+	lateHorizon = 256
 	// pressureMargin is how much more of the time tasks may wait for a
 	// processor while cold reads move than while they do not.
-	pressureMargin = 0.05
+	pressureMargin = 0.03
 )
 
 // TailSignal names what a tail latency sample measures; each has its own
@@ -83,7 +91,7 @@ type reference struct {
 	n      int // samples in ring (up to quietSamples)
 	next   int // ring position of the next sample
 	min    time.Duration
-	thresh time.Duration // a sample above this is late
+	thresh time.Duration // a sample above this is late; 0: no reference yet, nothing is late
 	stale  bool          // ring or min changed since thresh was computed
 }
 
@@ -99,19 +107,17 @@ func (r *reference) add(d time.Duration, quiet bool) {
 	}
 }
 
-// update recomputes thresh if samples came in since the last time (once per
-// window, off the tail's path: a sort of up to quietSamples durations).
-func (r *reference) update() {
-	if !r.stale {
-		return
+// threshold computes a lateness threshold from the smallest sample and a
+// copy of the quiet samples (sorted in place).
+func threshold(min time.Duration, quiet []time.Duration) time.Duration {
+	if len(quiet) >= quietEnough {
+		slices.Sort(quiet)
+		return quiet[len(quiet)*99/100] * 3 / 2
 	}
-	r.stale = false
-	r.thresh = 2*r.min + 250*time.Microsecond
-	if r.n >= quietEnough {
-		q := slices.Clone(r.ring[:r.n])
-		slices.Sort(q)
-		r.thresh = q[len(q)*99/100] * 3 / 2
+	if min == 0 {
+		return 0
 	}
+	return 2*min + 250*time.Microsecond
 }
 
 type tailGuard struct {
@@ -121,18 +127,19 @@ type tailGuard struct {
 	limit         rate.Limit // the rate in force
 	win           time.Time  // start of the current window
 	samples       int        // tail samples in this window
-	lateInWindow  int        // of which late
+	recent, late  int        // tail samples of the last lateHorizon or so, and how many were late
 	lastHot       time.Time
 	ref           [tailSignals]reference
-	ticking       bool      // a goroutine is about to end the window
-	psi           *pressure // nil: no pressure information
+	ticking       bool      // a window's end is being dealt with (endWindow)
+	psi           *pressure // nil: no pressure information; used by endWindow only
 	quietPressure float64   // PSI share of windows without cold downloads (moving average)
+	scratch       [tailSignals][]time.Duration
 
 	paced     atomic.Int64 // bytes cold downloads took from the rate
-	lastPaced atomic.Int64 // when they last did: nanoseconds since clockStart
+	lastPaced atomic.Int64 // when they last did: nanoseconds since clockStart (0: never)
 	paced0    int64        // paced at win
 
-	waits, late, crowded, backoffs int64 // counters for Stats
+	samplesTotal, lateTotal, crowded, backoffs int64 // counters for Stats
 
 	clock func() time.Time // tests; nil: time.Now
 }
@@ -149,6 +156,7 @@ func (t *Tier) SetTailGuard(on bool) {
 	if on && t.guard.psi == nil {
 		t.guard.psi = openPressure()
 	}
+	t.guard.limit = 0 // the ceiling: nothing left of a lowered rate
 	t.applyRateLocked()
 }
 
@@ -187,36 +195,45 @@ func (t *Tier) ObserveTail(sig TailSignal, d time.Duration) {
 	// Quiet: no cold download took from the rate while this sample's
 	// request was served (nor just before it).
 	now := g.now()
-	lp := g.lastPaced.Load() // 0: never
+	lp := g.lastPaced.Load()
 	quiet := lp == 0 || now.Sub(clockStart)-time.Duration(lp) > d+tailWindow
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if !g.on {
+		g.mu.Unlock()
 		return
 	}
 	r := &g.ref[sig]
-	if r.thresh == 0 {
-		r.update() // the first sample: no sort yet
-	}
-	late := !quiet && d > r.thresh
+	late := !quiet && r.thresh > 0 && d > r.thresh
 	r.add(d, quiet)
 	g.samples++
-	g.waits++
+	g.recent++
+	g.samplesTotal++
 	if late {
 		g.late++
-		g.lateInWindow++
+		g.lateTotal++
 	}
 	g.lastHot = now
-	// The window's end is dealt with off the tail's path (this runs
-	// before a woken fetch answers).
-	if now.Sub(g.win) >= tailWindow && !g.ticking {
-		if g.clock != nil { // tests: at once, deterministically
-			t.guardTickLocked(now)
+	due := now.Sub(g.win) >= tailWindow && !g.ticking
+	if due {
+		g.ticking = true
+	}
+	g.mu.Unlock()
+	if due {
+		// The window's end (a sort, a file read) is dealt with off the
+		// tail's path: this runs before a woken fetch answers.
+		if g.clock != nil {
+			t.endWindow(true) // tests: at once, deterministically
 		} else {
-			g.ticking = true
-			go t.guardTick()
+			go t.endWindow(true)
 		}
 	}
+}
+
+// refReady returns sig's lateness threshold (0: no reference yet).
+func (g *tailGuard) refReady(sig TailSignal) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ref[sig].thresh
 }
 
 // tookRate notes n bytes of cold download paced now.
@@ -232,62 +249,96 @@ func (g *tailGuard) now() time.Time {
 	return time.Now()
 }
 
-// guardTick reconsiders the rate if a window has passed (called by the
-// downloads as they pace themselves, so a rate lowered for tail traffic
-// rises again when that traffic is gone).
-func (t *Tier) guardTick() {
+// guardTick ends the window if it is over (downloads call it as they pace
+// themselves, so a rate lowered for tail traffic rises again when that
+// traffic is gone).
+func (t *Tier) guardTick() { t.endWindow(false) }
+
+// endWindow reconsiders the rate at the end of a window. claimed: the
+// caller already set ticking. Thresholds and pressure are computed outside
+// the lock, so tail requests recording samples never wait for them.
+func (t *Tier) endWindow(claimed bool) {
 	g := &t.guard
 	g.mu.Lock()
-	if g.on {
-		t.guardTickLocked(g.now())
+	now := g.now()
+	if !claimed {
+		if g.ticking || !g.on || now.Sub(g.win) < tailWindow {
+			g.mu.Unlock()
+			return
+		}
+		g.ticking = true
 	}
-	g.ticking = false
-	g.mu.Unlock()
-}
-
-func (t *Tier) guardTickLocked(now time.Time) {
-	g := &t.guard
-	if now.Sub(g.win) < tailWindow {
-		return
-	}
+	var mins [tailSignals]time.Duration
+	var stale [tailSignals]bool
 	for i := range g.ref {
-		g.ref[i].update()
+		r := &g.ref[i]
+		if stale[i] = r.stale; stale[i] {
+			r.stale = false
+			g.scratch[i] = append(g.scratch[i][:0], r.ring[:r.n]...)
+			mins[i] = r.min
+		}
+	}
+	hot := now.Sub(g.lastHot) <= tailIdle
+	g.mu.Unlock()
+
+	var thresh [tailSignals]time.Duration
+	for i := range thresh {
+		if stale[i] {
+			thresh[i] = threshold(mins[i], g.scratch[i])
+		}
+	}
+	share, shareOK := 0.0, false
+	if g.psi != nil && hot {
+		share, shareOK = g.psi.share(now, 4*tailWindow)
+	}
+
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ticking = false
+	for i := range thresh {
+		if stale[i] {
+			g.ref[i].thresh = thresh[i]
+		}
+	}
+	if !g.on {
+		return
 	}
 	paced := g.paced.Load()
 	moving := paced > g.paced0 // cold downloads took from the rate in this window
 	crowded := false
-	if g.psi != nil && now.Sub(g.lastHot) <= tailIdle {
-		if share, ok := g.psi.share(now); ok {
-			if !moving {
-				g.quietPressure += (share - g.quietPressure) / 4
-			} else if share > g.quietPressure+pressureMargin {
-				crowded = true
-				g.crowded++
-			}
+	if shareOK {
+		if !moving {
+			g.quietPressure += (share - g.quietPressure) / 4
+		} else if share > g.quietPressure+pressureMargin {
+			crowded = true
+			g.crowded++
 		}
 	}
+	late := g.late >= 2 && float64(g.late) > lateShare*float64(g.recent)
 	limit := g.limit
 	switch {
-	case now.Sub(g.lastHot) > tailIdle:
+	case !hot:
 		limit = rate.Inf
-	case g.lateInWindow > 0 || crowded:
-		// At the ceiling (unlimited, or the configured rate) so far:
-		// straight to the floor, as TCP's slow start begins small
-		// (halving from a GB/s would take the tail's p99 with it while
-		// it converged).
+	case late || crowded:
 		if limit == g.ceiling { // unlimited is math.MaxFloat64, not +Inf: halving it is no test
 			limit = tailFloor
 		}
 		limit = max(limit/2, tailFloor)
-		g.backoffs++
+		if limit < g.limit {
+			g.backoffs++
+		}
+		g.recent, g.late = 0, 0 // the next decision on fresh evidence
 	case g.samples > 0 && moving:
 		// The tail was on time with cold reads taking this rate: try more.
-		limit = limit*1.05 + 512<<10
+		limit = limit*1.03 + 256<<10
+	}
+	if g.recent > 2*lateHorizon {
+		g.recent, g.late = g.recent/2, g.late/2
 	}
 	if limit > g.ceiling || limit > tailLift {
 		limit = g.ceiling
 	}
-	g.win, g.paced0, g.samples, g.lateInWindow = now, paced, 0, 0
+	g.win, g.paced0, g.samples = now, paced, 0
 	if limit != g.limit {
 		g.limit = limit
 		t.fetchRate.SetLimit(limit)

@@ -41,8 +41,10 @@ func openPressure() *pressure {
 }
 
 // share returns the fraction of the time since the last call during which
-// some task waited for a processor (false if the file cannot be read).
-func (p *pressure) share(now time.Time) (float64, bool) {
+// some task waited for a processor; false if the file cannot be read or the
+// last call was more than maxAge ago (a share over an idle spell says
+// nothing about now; the next call measures from this one).
+func (p *pressure) share(now time.Time, maxAge time.Duration) (float64, bool) {
 	total, ok := readPressure(p.path)
 	if !ok {
 		return 0, false
@@ -50,7 +52,7 @@ func (p *pressure) share(now time.Time) (float64, bool) {
 	el := now.Sub(p.at)
 	d := total - p.total
 	p.total, p.at = total, now
-	if el <= 0 || d < 0 {
+	if el <= 0 || el > maxAge || d < 0 {
 		return 0, false
 	}
 	return min(float64(d)/float64(el), 1), true

@@ -44,7 +44,7 @@ type Stats struct {
 	Errors                          int64
 	// The tail guard (guard.go): the cold-read rate in force (bytes/s, 0:
 	// unlimited), tail samples seen and how many were late, windows
-	// crowded by CPU pressure, and how many times it halved the rate.
+	// crowded by CPU pressure, and how many times it lowered the rate.
 	ColdRate                                 int64
 	TailSamples, TailLate, Crowded, Backoffs int64
 }
@@ -114,7 +114,7 @@ func (t *Tier) Stats() Stats {
 		DownloadedBytes: t.downloadedBytes.Load(), CacheHits: h, CacheMisses: m, Errors: t.errs.Load(),
 		ColdRate: t.coldRateInForce()}
 	t.guard.mu.Lock()
-	st.TailSamples, st.TailLate, st.Crowded, st.Backoffs = t.guard.waits, t.guard.late, t.guard.crowded, t.guard.backoffs
+	st.TailSamples, st.TailLate, st.Crowded, st.Backoffs = t.guard.samplesTotal, t.guard.lateTotal, t.guard.crowded, t.guard.backoffs
 	t.guard.mu.Unlock()
 	return st
 }

@@ -74,7 +74,7 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 		"(default file://<data-dir>/tier)")
 	fs.Int64Var(&o.tierCacheBytes, "tier-cache-bytes", 256<<20, "memory budget of the cold-read chunk cache")
 	fs.Int64Var(&o.tierFetchRate, "tier-fetch-max-bytes-per-second", 0, "bound on the bytes cold reads download from the tiered store per second, to keep catch-up readers from starving tail traffic (Kafka's remote.log.manager.fetch.max.bytes.per.second); 0 = unlimited, else at least 1 MiB")
-	fs.BoolVar(&o.tierTailGuard, "tier-tail-guard", true, "slow cold reads down while tail consumers' wake-ups run late (the broker's processors are busy), and back up when they are not; false = cold reads only bounded by --tier-fetch-max-bytes-per-second")
+	fs.BoolVar(&o.tierTailGuard, "tier-tail-guard", true, "pace cold reads down (to >= 4 MiB/s) while tail traffic (small acks=all produce, fetches waiting at a partition's end) runs late against itself without cold reads, or CPU pressure (Linux PSI) rises with them; back up while the tail is on time; false = cold reads bounded only by --tier-fetch-max-bytes-per-second")
 	fs.Int64Var(&o.tierDiskCache, "tier-disk-cache-bytes", 1<<30, "local-disk budget of the cold-read chunk cache (<data-dir>/tier-cache, emptied at start); 0 disables it")
 	fs.Int64Var(&o.diskBudget, "local-disk-budget", 0,
 		"with tiering: bytes of local segments above which produce is refused (retriable) until uploads catch up; 0 = no cap")
