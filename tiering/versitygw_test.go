@@ -197,8 +197,7 @@ func (v *versitygwServer) Start() {
 		"ROOT_SECRET_KEY="+versitygwSecretKey)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
-	// Dies with the test binary even if that is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		v.t.Fatalf("versitygw: start %s: %v", v.bin, err)
 	}

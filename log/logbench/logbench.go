@@ -17,7 +17,6 @@ import (
 
 	"github.com/synapsebroker/synapse/log"
 	"github.com/synapsebroker/synapse/log/internal/testbatch"
-	"golang.org/x/sys/unix"
 )
 
 // Options bound the run. Every loop stops at Duration or Bytes, whichever
@@ -117,7 +116,7 @@ func plainLoop(o Options, size int) (result, error) {
 		if _, err := f.WriteAt(buf, r.bytes); err != nil {
 			return r, err
 		}
-		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		if err := datasync(f); err != nil {
 			return r, err
 		}
 		r.bytes += int64(len(buf))
