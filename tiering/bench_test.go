@@ -35,8 +35,9 @@ import (
 // GetObjects, once of whole objects and once of the 8 MiB ranges the
 // broker's cold reads ask for (versitygw serves a whole object with
 // sendfile, a range with a copy: a third of the CPU per byte). A franz-go
-// consumer's rows show what a decoding client gets. Set RAW_DEBUG=1 to print
-// every process's CPU time per pass.
+// consumer's rows show what a decoding client gets. Figures are medians over
+// the iterations. Set RAW_DEBUG=1 to print every process's CPU time per
+// pass.
 func BenchmarkColdCatchUp(b *testing.B) {
 	vgw := tiering.RunVersitygw(b)
 	store := vgw.Store(vgw.Bucket(), "bench")
@@ -104,6 +105,7 @@ func BenchmarkColdCatchUp(b *testing.B) {
 		}
 		return mb / el.Seconds(), cpuPerMB
 	}
+	med := medians{}
 	for i := 0; i < b.N; i++ {
 		sizes := map[string]int64{}
 		plainWhole, _ := pass("plain whole objects", nil, func() (n int64) {
@@ -140,17 +142,18 @@ func BenchmarkColdCatchUp(b *testing.B) {
 		consCold, _ := pass("franz-go cold", br2, consume)
 		consCached, _ := pass("franz-go cached", br2, consume)
 		br2.stop(b)
-		b.ReportMetric(plainWhole, "plain-whole-MB/s")
-		b.ReportMetric(plainRanged, "plain-ranged-MB/s")
-		b.ReportMetric(rawCold, "cold-MB/s")
-		b.ReportMetric(rawCached, "cached-MB/s")
-		b.ReportMetric(rawColdCPU, "broker-CPU-ms/MB-cold")
-		b.ReportMetric(rawCachedCPU, "broker-CPU-ms/MB-cached")
-		b.ReportMetric(consCold, "franz-go-cold-MB/s")
-		b.ReportMetric(consCached, "franz-go-cached-MB/s")
-		b.ReportMetric(rawCold/plainRanged, "ratio")
-		b.ReportMetric(rawCold/plainWhole, "ratio-vs-whole")
+		med.add(plainWhole, "plain-whole-MB/s")
+		med.add(plainRanged, "plain-ranged-MB/s")
+		med.add(rawCold, "cold-MB/s")
+		med.add(rawCached, "cached-MB/s")
+		med.add(rawColdCPU, "broker-CPU-ms/MB-cold")
+		med.add(rawCachedCPU, "broker-CPU-ms/MB-cached")
+		med.add(consCold, "franz-go-cold-MB/s")
+		med.add(consCached, "franz-go-cached-MB/s")
+		med.add(rawCold/plainRanged, "ratio")
+		med.add(rawCold/plainWhole, "ratio-vs-whole")
 	}
+	med.report(b)
 }
 
 // consumeAll reads topic from the start with a franz-go consumer until it
@@ -182,7 +185,8 @@ func consumeAll(tb testing.TB, ctx context.Context, addr, topic string, sizes ma
 // to produce over the time until every sealed byte was uploaded (goal >= 1:
 // the uploader keeps up), the largest lag seen, the mean lag in the first and last
 // thirds of the run (keeping up: the lag does not grow) and how long the
-// last segments took to drain after the producer stopped.
+// last segments took to drain after the producer stopped: medians over the
+// iterations.
 func BenchmarkUploadKeepsUp(b *testing.B) {
 	vgw := tiering.RunVersitygw(b)
 	bin := synapseBin(b)
@@ -206,6 +210,7 @@ func BenchmarkUploadKeepsUp(b *testing.B) {
 	}
 	wg.Wait()
 	plainPut := float64(16*len(seg)) / 1e6 / time.Since(start).Seconds()
+	med := medians{}
 	for i := 0; i < b.N; i++ {
 		br := startSynapseProc(b, bin, vgw, fmt.Sprintf("keepup-%d", i))
 		cl := kclientTB(b, br.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
@@ -275,20 +280,21 @@ func BenchmarkUploadKeepsUp(b *testing.B) {
 		third := len(ls) / 3
 		prodMBs := float64(total) / 1e6 / produceTime.Seconds()
 		upMBs := float64(st.Tier.UploadedBytes) / 1e6 / uploadedBy.Seconds()
-		b.ReportMetric(prodMBs, "produce-MB/s")
-		b.ReportMetric(upMBs, "upload-MB/s")
-		b.ReportMetric(plainPut, "plain-PutObject-MB/s")
+		med.add(prodMBs, "produce-MB/s")
+		med.add(upMBs, "upload-MB/s")
+		med.add(plainPut, "plain-PutObject-MB/s")
 		// Every sealed byte was produced within produceTime and is in the
 		// bucket by uploadedBy: the uploader's rate over the producer's for
 		// the same data is at least their inverse ratio.
-		b.ReportMetric(produceTime.Seconds()/uploadedBy.Seconds(), "ratio")
-		b.ReportMetric(float64(slices.Max(ls))/(1<<20), "max-lag-MiB")
-		b.ReportMetric(mean(ls[:third]), "lag-first-third-MiB")
-		b.ReportMetric(mean(ls[len(ls)-third:]), "lag-last-third-MiB")
-		b.ReportMetric(float64((uploadedBy - produceTime).Milliseconds()), "drain-ms")
+		med.add(produceTime.Seconds()/uploadedBy.Seconds(), "ratio")
+		med.add(float64(slices.Max(ls))/(1<<20), "max-lag-MiB")
+		med.add(mean(ls[:third]), "lag-first-third-MiB")
+		med.add(mean(ls[len(ls)-third:]), "lag-last-third-MiB")
+		med.add(float64((uploadedBy - produceTime).Milliseconds()), "drain-ms")
 		cl.Close()
 		br.stop(b)
 	}
+	med.report(b)
 }
 
 // BenchmarkTailLatencyUnderColdLoad measures end-to-end latency of a tail
@@ -337,22 +343,33 @@ func BenchmarkTailLatencyUnderColdLoad(b *testing.B) {
 		{"p99-quiet-unguarded-ms", brOff, clOff, ""},
 		{"p99-cold-load-unguarded-ms", brOff, clOff, "cold"},
 	}
-	got := map[string][]float64{}
+	med := medians{}
 	for i := 0; i < b.N; i++ {
 		for _, c := range conds {
-			got[c.name] = append(got[c.name], p99(c.br, c.cl, c.topic))
+			med.add(p99(c.br, c.cl, c.topic), c.name)
 		}
 	}
-	med := func(name string) float64 {
-		v := slices.Clone(got[name])
-		slices.Sort(v)
-		return v[len(v)/2]
+	med.report(b)
+	b.ReportMetric(med.of("p99-cold-load-ms")/med.of("p99-quiet-ms"), "ratio")
+	b.ReportMetric(med.of("p99-cold-load-unguarded-ms")/med.of("p99-quiet-unguarded-ms"), "ratio-unguarded")
+}
+
+// medians collects a benchmark's metrics over its iterations and reports
+// each one's median (b.ReportMetric alone keeps the last iteration's).
+type medians map[string][]float64
+
+func (m medians) add(v float64, name string) { m[name] = append(m[name], v) }
+
+func (m medians) of(name string) float64 {
+	v := slices.Clone(m[name])
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+func (m medians) report(b *testing.B) {
+	for name := range m {
+		b.ReportMetric(m.of(name), name)
 	}
-	for _, c := range conds {
-		b.ReportMetric(med(c.name), c.name)
-	}
-	b.ReportMetric(med("p99-cold-load-ms")/med("p99-quiet-ms"), "ratio")
-	b.ReportMetric(med("p99-cold-load-unguarded-ms")/med("p99-quiet-unguarded-ms"), "ratio-unguarded")
 }
 
 // tailBroker starts a broker for BenchmarkTailLatencyUnderColdLoad with a
