@@ -39,6 +39,53 @@ import (
 // Version notes:
 //   - v13+: topics by id (UNKNOWN_TOPIC_ID).
 func (s *Server) handleFetch(req *kmsg.FetchRequest) (kmsg.Response, error) {
+	resp, err := s.fetch(req)
+	if fr, ok := resp.(*fetchResponse); ok {
+		s.holdCold(fr)
+	}
+	return resp, err
+}
+
+// holdCold holds back a response made only of cold data while the tail
+// guard paces cold reads (tiering.Tier.ServeCold), as Kafka's fetch quotas
+// delay a throttled response: the catch-up reader then gets its data
+// spread out rather than in bursts. A response carrying local data goes
+// out at once.
+func (s *Server) holdCold(resp *fetchResponse) {
+	if s.cfg.Tier == nil {
+		return
+	}
+	var cold int64
+	for _, ps := range resp.cold {
+		for _, r := range ps {
+			if r != nil {
+				cold += r.Len
+			}
+		}
+	}
+	if cold == 0 {
+		return
+	}
+	for _, ps := range resp.reads {
+		for _, r := range ps {
+			if r != nil && r.Bytes > 0 {
+				return
+			}
+		}
+	}
+	_, hold := s.cfg.Tier.ServeCold(cold)
+	if hold <= 0 {
+		return
+	}
+	t := time.NewTimer(min(hold, time.Second))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.ctx.Done():
+	}
+}
+
+func (s *Server) fetch(req *kmsg.FetchRequest) (kmsg.Response, error) {
 	if req.SessionID != 0 {
 		resp := req.ResponseKind().(*kmsg.FetchResponse)
 		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
@@ -135,9 +182,13 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-c
 				res, err = p.log.ReadAtMost(rp.FetchOffset, budget)
 			}
 			if errors.Is(err, log.ErrNotLocal) && s.cfg.Tier != nil && (budget > 0 || total == 0) {
-				// Below the local start: served from the bucket.
+				// Below the local start: served from the bucket (in smaller
+				// pieces while the tail guard paces cold reads).
 				var b *tiering.ColdRead
 				var wait <-chan struct{}
+				if capBytes, _ := s.cfg.Tier.ServeCold(0); capBytes > 0 {
+					budget = min(budget, capBytes)
+				}
 				if b, wait, err = s.coldRead(p, rp.FetchOffset, max(budget, 1)); err == nil {
 					tails[len(tails)-1] = nil
 					if wait != nil {

@@ -50,8 +50,14 @@ import (
 // left, never less than tailFloor. The lowered rate stays while tail
 // traffic does, so the next catch-up reader starts from it.
 //
-// The configured --tier-fetch-max-bytes-per-second stays the ceiling; cold
-// reads served from the cache are not paced (they cost no download).
+// While the rate is lowered, what cold reads hand to clients is paced to it
+// too (ServeCold): at most serveBurst cold bytes per fetch response, and a
+// response of only cold data held back to the rate. Otherwise a chunk
+// downloaded slowly would still reach its reader in one burst, and the
+// reader's processing of it is what the tail would wait behind.
+//
+// The configured --tier-fetch-max-bytes-per-second stays the ceiling of the
+// download rate.
 
 const (
 	tailWindow   = 25 * time.Millisecond // how often the rate is reconsidered
@@ -135,9 +141,10 @@ type tailGuard struct {
 	quietPressure float64   // PSI share of windows without cold downloads (moving average)
 	scratch       [tailSignals][]time.Duration
 
-	paced     atomic.Int64 // bytes cold downloads took from the rate
-	lastPaced atomic.Int64 // when they last did: nanoseconds since clockStart (0: never)
-	paced0    int64        // paced at win
+	serve     *rate.Limiter // cold bytes served to clients while the rate is lowered (ServeCold)
+	paced     atomic.Int64  // bytes cold downloads took from the rate
+	lastPaced atomic.Int64  // when they last did: nanoseconds since clockStart (0: never)
+	paced0    int64         // paced at win
 
 	samplesTotal, lateTotal, crowded, backoffs int64 // counters for Stats
 
@@ -169,6 +176,11 @@ func (t *Tier) applyRateLocked() {
 	}
 	if g.limit == 0 || g.limit > g.ceiling {
 		g.limit = g.ceiling
+	}
+	if g.serve == nil {
+		g.serve = rate.NewLimiter(g.limit, serveBurst)
+	} else {
+		g.serve.SetLimit(g.limit)
 	}
 	if !g.on && g.ceiling == rate.Inf {
 		t.fetchRate = nil
@@ -342,7 +354,39 @@ func (t *Tier) endWindow(claimed bool) {
 	if limit != g.limit {
 		g.limit = limit
 		t.fetchRate.SetLimit(limit)
+		g.serve.SetLimit(limit)
 	}
+}
+
+// serveBurst is what ServeCold lets through at once: one response's worth
+// at the floor rate's window, at least a large batch.
+const serveBurst = 1 << 20
+
+// ServeCold paces what cold reads hand to clients while the guard has
+// lowered the cold-read rate: a chunk downloaded at 4 MiB/s would otherwise
+// reach its reader as one burst, and the reader's processing of it is what
+// the tail then waits behind. It returns how many cold bytes one fetch
+// response may carry (0: no bound, the rate is not lowered) and, for a
+// response of n cold bytes, how long to hold it back (call with n after the
+// read; 0 when not lowered).
+func (t *Tier) ServeCold(n int64) (maxBytes int64, hold time.Duration) {
+	g := &t.guard
+	g.mu.Lock()
+	lowered := g.on && g.limit < g.ceiling
+	lim := g.serve
+	g.mu.Unlock()
+	if !lowered || lim == nil {
+		return 0, 0
+	}
+	if n <= 0 {
+		return serveBurst, 0
+	}
+	now := time.Now()
+	r := lim.ReserveN(now, int(min(n, serveBurst)))
+	if !r.OK() {
+		return serveBurst, 0
+	}
+	return serveBurst, r.DelayFrom(now)
 }
 
 // coldRateInForce is the cold-read rate in force in bytes/s, 0 if none.

@@ -321,3 +321,34 @@ func TestParsePressure(t *testing.T) {
 		}
 	}
 }
+
+// TestServeColdPacesWhileLowered: while the guard has lowered the rate, a
+// fetch response carries at most serveBurst cold bytes and responses are
+// held back to the rate; otherwise neither.
+func TestServeColdPacesWhileLowered(t *testing.T) {
+	r := newGuardRig(t, false)
+	if capBytes, hold := r.t.ServeCold(8 << 20); capBytes != 0 || hold != 0 {
+		t.Fatalf("rate not lowered: cap %d, hold %v", capBytes, hold)
+	}
+	for range 2 * quietEnough / 10 {
+		r.window(t, false, 0, 10, 400*time.Microsecond)
+	}
+	r.window(t, true, 0, 10, 3*time.Millisecond)
+	if got := r.limit(); got != tailFloor {
+		t.Fatalf("rate %v, want the floor", got)
+	}
+	if capBytes, hold := r.t.ServeCold(0); capBytes != serveBurst || hold != 0 {
+		t.Fatalf("lowered: cap %d, hold %v before reading", capBytes, hold)
+	}
+	r.t.ServeCold(serveBurst) // the burst
+	_, hold := r.t.ServeCold(serveBurst)
+	if want := time.Second * serveBurst / tailFloor; hold < want*9/10 || hold > want*11/10 {
+		t.Fatalf("hold %v for a second response of %d bytes at %d B/s, want about %v", hold, serveBurst, tailFloor, want)
+	}
+	// The tail goes away: the rate is lifted and nothing is held.
+	r.now = r.now.Add(tailIdle + tailWindow)
+	r.t.guardTick()
+	if capBytes, hold := r.t.ServeCold(8 << 20); capBytes != 0 || hold != 0 {
+		t.Fatalf("lifted: cap %d, hold %v", capBytes, hold)
+	}
+}
