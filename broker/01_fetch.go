@@ -23,7 +23,11 @@ import (
 //     partitions, by a cold chunk landing, or by shutdown.
 //   - Offsets below the local start are read from the tiered store; a chunk
 //     not cached yet is downloaded in the background and the partition
-//     answers empty meanwhile, so the bucket never stalls the others.
+//     answers empty meanwhile, so the bucket never stalls the others. While
+//     the tail guard has lowered the cold-read rate, a response carries at
+//     most 1 MiB of cold data (or one larger batch), and cold partitions
+//     answer empty and long-poll while the cold bytes served are ahead of
+//     the rate (tiering.Tier.ServeCold).
 //   - Bytes are bounded by the high watermark (the durable end under the
 //     durable policy); the last stable offset equals it (no transactions).
 //   - OFFSET_OUT_OF_RANGE below the log start or past the log end.
@@ -39,53 +43,6 @@ import (
 // Version notes:
 //   - v13+: topics by id (UNKNOWN_TOPIC_ID).
 func (s *Server) handleFetch(req *kmsg.FetchRequest) (kmsg.Response, error) {
-	resp, err := s.fetch(req)
-	if fr, ok := resp.(*fetchResponse); ok {
-		s.holdCold(fr)
-	}
-	return resp, err
-}
-
-// holdCold holds back a response made only of cold data while the tail
-// guard paces cold reads (tiering.Tier.ServeCold), as Kafka's fetch quotas
-// delay a throttled response: the catch-up reader then gets its data
-// spread out rather than in bursts. A response carrying local data goes
-// out at once.
-func (s *Server) holdCold(resp *fetchResponse) {
-	if s.cfg.Tier == nil {
-		return
-	}
-	var cold int64
-	for _, ps := range resp.cold {
-		for _, r := range ps {
-			if r != nil {
-				cold += r.Len
-			}
-		}
-	}
-	if cold == 0 {
-		return
-	}
-	for _, ps := range resp.reads {
-		for _, r := range ps {
-			if r != nil && r.Bytes > 0 {
-				return
-			}
-		}
-	}
-	_, hold := s.cfg.Tier.ServeCold(cold)
-	if hold <= 0 {
-		return
-	}
-	t := time.NewTimer(min(hold, time.Second))
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-s.ctx.Done():
-	}
-}
-
-func (s *Server) fetch(req *kmsg.FetchRequest) (kmsg.Response, error) {
 	if req.SessionID != 0 {
 		resp := req.ResponseKind().(*kmsg.FetchResponse)
 		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
@@ -132,7 +89,7 @@ func (s *Server) fetch(req *kmsg.FetchRequest) (kmsg.Response, error) {
 // read there was a local one (a tail read), else nil.
 func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-chan struct{}, []*log.Partition) {
 	resp := &fetchResponse{FetchResponse: req.ResponseKind().(*kmsg.FetchResponse)}
-	var total int64
+	var total, coldBytes int64
 	var waitOn []<-chan struct{}
 	var tails []*log.Partition
 	maxBytes := int64(req.MaxBytes)
@@ -182,12 +139,27 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-c
 				res, err = p.log.ReadAtMost(rp.FetchOffset, budget)
 			}
 			if errors.Is(err, log.ErrNotLocal) && s.cfg.Tier != nil && (budget > 0 || total == 0) {
-				// Below the local start: served from the bucket (in smaller
-				// pieces while the tail guard paces cold reads).
+				// Below the local start: served from the bucket (paced
+				// while the tail guard has lowered the cold-read rate).
 				var b *tiering.ColdRead
 				var wait <-chan struct{}
-				if capBytes, _ := s.cfg.Tier.ServeCold(0); capBytes > 0 {
-					budget = min(budget, capBytes)
+				capBytes, later := s.cfg.Tier.ServeCold()
+				if capBytes > 0 {
+					budget = min(budget, capBytes-coldBytes)
+				}
+				if later != nil || (capBytes > 0 && budget <= 0 && total > 0) {
+					// Cold reads are ahead of the rate, or this response
+					// has its share of cold bytes: empty for now.
+					tails[len(tails)-1] = nil
+					if later != nil {
+						waitOn = append(waitOn, later)
+						tails = append(tails, nil)
+					}
+					sp.HighWatermark = p.log.HighWatermark()
+					sp.LastStableOffset, sp.LogStartOffset = sp.HighWatermark, p.log.LogStartOffset()
+					st.Partitions = append(st.Partitions, sp)
+					reads = append(reads, nil)
+					continue
 				}
 				if b, wait, err = s.coldRead(p, rp.FetchOffset, max(budget, 1)); err == nil {
 					tails[len(tails)-1] = nil
@@ -200,6 +172,8 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-c
 					cold[len(reads)] = b
 					if b != nil {
 						total += b.Len
+						coldBytes += b.Len
+						s.cfg.Tier.ChargeCold(b.Len)
 					}
 					st.Partitions = append(st.Partitions, sp)
 					reads = append(reads, nil)

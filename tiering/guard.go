@@ -51,10 +51,12 @@ import (
 // traffic does, so the next catch-up reader starts from it.
 //
 // While the rate is lowered, what cold reads hand to clients is paced to it
-// too (ServeCold): at most serveBurst cold bytes per fetch response, and a
-// response of only cold data held back to the rate. Otherwise a chunk
-// downloaded slowly would still reach its reader in one burst, and the
-// reader's processing of it is what the tail would wait behind.
+// too (ServeCold, ChargeCold): at most serveBurst cold bytes per fetch
+// response, and once the cold bytes served run ahead of the rate, cold
+// partitions answer empty and their fetch long-polls until it has caught
+// up. Otherwise a chunk downloaded slowly would still reach its reader in
+// one burst, and the reader's processing of it is what the tail would wait
+// behind.
 //
 // The configured --tier-fetch-max-bytes-per-second stays the ceiling of the
 // download rate.
@@ -358,35 +360,56 @@ func (t *Tier) endWindow(claimed bool) {
 	}
 }
 
-// serveBurst is what ServeCold lets through at once: one response's worth
-// at the floor rate's window, at least a large batch.
+// serveBurst bounds the cold bytes of one fetch response while the rate is
+// lowered (a larger first batch still goes whole): a quarter of a second at
+// the floor rate.
 const serveBurst = 1 << 20
 
 // ServeCold paces what cold reads hand to clients while the guard has
 // lowered the cold-read rate: a chunk downloaded at 4 MiB/s would otherwise
 // reach its reader as one burst, and the reader's processing of it is what
-// the tail then waits behind. It returns how many cold bytes one fetch
-// response may carry (0: no bound, the rate is not lowered) and, for a
-// response of n cold bytes, how long to hold it back (call with n after the
-// read; 0 when not lowered).
-func (t *Tier) ServeCold(n int64) (maxBytes int64, hold time.Duration) {
+// the tail then waits behind. Before a fetch reads cold data it asks: with
+// the rate not lowered, maxBytes is 0 (no bound) and wait nil; lowered,
+// either the response may carry up to maxBytes cold bytes, or (the cold
+// bytes served lately are ahead of the rate) wait is closed when it may
+// read again, for the fetch's long poll. After reading it charges the bytes
+// with ChargeCold. A fetch's other partitions are not held back.
+func (t *Tier) ServeCold() (maxBytes int64, wait <-chan struct{}) {
+	g := &t.guard
+	g.mu.Lock()
+	lowered := g.on && g.limit < g.ceiling
+	lim, limit := g.serve, g.limit
+	g.mu.Unlock()
+	if !lowered || lim == nil {
+		return 0, nil
+	}
+	tokens := lim.Tokens()
+	if tokens >= 0 {
+		return serveBurst, nil
+	}
+	ch := make(chan struct{})
+	time.AfterFunc(time.Duration(-tokens/float64(limit)*float64(time.Second))+time.Millisecond, func() { close(ch) })
+	return 0, ch
+}
+
+// ChargeCold counts n cold bytes served against the rate while it is
+// lowered (the next reads wait until the rate has caught up; see
+// ServeCold).
+func (t *Tier) ChargeCold(n int64) {
 	g := &t.guard
 	g.mu.Lock()
 	lowered := g.on && g.limit < g.ceiling
 	lim := g.serve
 	g.mu.Unlock()
 	if !lowered || lim == nil {
-		return 0, 0
-	}
-	if n <= 0 {
-		return serveBurst, 0
+		return
 	}
 	now := time.Now()
-	r := lim.ReserveN(now, int(min(n, serveBurst)))
-	if !r.OK() {
-		return serveBurst, 0
+	for n > 0 {
+		k := min(n, serveBurst)
+		lim.ReserveN(now, int(k)) // the debt ServeCold waits out
+		n -= k
 	}
-	return serveBurst, r.DelayFrom(now)
 }
 
 // coldRateInForce is the cold-read rate in force in bytes/s, 0 if none.

@@ -323,13 +323,15 @@ func TestParsePressure(t *testing.T) {
 }
 
 // TestServeColdPacesWhileLowered: while the guard has lowered the rate, a
-// fetch response carries at most serveBurst cold bytes and responses are
-// held back to the rate; otherwise neither.
+// fetch response carries at most serveBurst cold bytes, and once the bytes
+// charged run ahead of the rate, reads wait (for about as long as the rate
+// needs to catch up); otherwise nothing is bounded or charged.
 func TestServeColdPacesWhileLowered(t *testing.T) {
 	r := newGuardRig(t, false)
-	if capBytes, hold := r.t.ServeCold(8 << 20); capBytes != 0 || hold != 0 {
-		t.Fatalf("rate not lowered: cap %d, hold %v", capBytes, hold)
+	if capBytes, wait := r.t.ServeCold(); capBytes != 0 || wait != nil {
+		t.Fatalf("rate not lowered: cap %d, wait %v", capBytes, wait)
 	}
+	r.t.ChargeCold(64 << 20) // not lowered: not counted
 	for range 2 * quietEnough / 10 {
 		r.window(t, false, 0, 10, 400*time.Microsecond)
 	}
@@ -337,18 +339,27 @@ func TestServeColdPacesWhileLowered(t *testing.T) {
 	if got := r.limit(); got != tailFloor {
 		t.Fatalf("rate %v, want the floor", got)
 	}
-	if capBytes, hold := r.t.ServeCold(0); capBytes != serveBurst || hold != 0 {
-		t.Fatalf("lowered: cap %d, hold %v before reading", capBytes, hold)
+	if capBytes, wait := r.t.ServeCold(); capBytes != serveBurst || wait != nil {
+		t.Fatalf("lowered, nothing served yet: cap %d, wait %v", capBytes, wait)
 	}
-	r.t.ServeCold(serveBurst) // the burst
-	_, hold := r.t.ServeCold(serveBurst)
-	if want := time.Second * serveBurst / tailFloor; hold < want*9/10 || hold > want*11/10 {
-		t.Fatalf("hold %v for a second response of %d bytes at %d B/s, want about %v", hold, serveBurst, tailFloor, want)
+	r.t.ChargeCold(serveBurst) // the burst
+	r.t.ChargeCold(serveBurst) // a quarter of a second ahead of 4 MiB/s
+	start := time.Now()
+	capBytes, wait := r.t.ServeCold()
+	if capBytes != 0 || wait == nil {
+		t.Fatalf("ahead of the rate: cap %d, wait %v", capBytes, wait)
 	}
-	// The tail goes away: the rate is lifted and nothing is held.
+	<-wait
+	if el, want := time.Since(start), time.Second*serveBurst/tailFloor; el < want*8/10 || el > want*3 {
+		t.Fatalf("waited %v, want about %v", el, want)
+	}
+	if capBytes, wait := r.t.ServeCold(); capBytes != serveBurst || wait != nil {
+		t.Fatalf("caught up: cap %d, wait %v", capBytes, wait)
+	}
+	// The tail goes away: the rate is lifted and nothing is bounded.
 	r.now = r.now.Add(tailIdle + tailWindow)
 	r.t.guardTick()
-	if capBytes, hold := r.t.ServeCold(8 << 20); capBytes != 0 || hold != 0 {
-		t.Fatalf("lifted: cap %d, hold %v", capBytes, hold)
+	if capBytes, wait := r.t.ServeCold(); capBytes != 0 || wait != nil {
+		t.Fatalf("lifted: cap %d, wait %v", capBytes, wait)
 	}
 }
