@@ -150,18 +150,11 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-c
 				if later != nil || (capBytes > 0 && budget <= 0 && total > 0) {
 					// Cold reads are ahead of the rate, or this response
 					// has its share of cold bytes: empty for now.
-					tails[len(tails)-1] = nil
-					if later != nil {
-						waitOn = append(waitOn, later)
-						tails = append(tails, nil)
-					}
-					sp.HighWatermark = p.log.HighWatermark()
-					sp.LastStableOffset, sp.LogStartOffset = sp.HighWatermark, p.log.LogStartOffset()
-					st.Partitions = append(st.Partitions, sp)
-					reads = append(reads, nil)
-					continue
+					wait, err = later, nil
+				} else {
+					b, wait, err = s.coldRead(p, rp.FetchOffset, max(budget, 1))
 				}
-				if b, wait, err = s.coldRead(p, rp.FetchOffset, max(budget, 1)); err == nil {
+				if err == nil {
 					tails[len(tails)-1] = nil
 					if wait != nil {
 						waitOn = append(waitOn, wait)
