@@ -144,9 +144,11 @@ type tailGuard struct {
 	scratch       [tailSignals][]time.Duration
 
 	serve     *rate.Limiter // cold bytes served to clients while the rate is lowered (ServeCold)
-	paced     atomic.Int64  // bytes cold downloads took from the rate
-	lastPaced atomic.Int64  // when they last did: nanoseconds since clockStart (0: never)
-	paced0    int64         // paced at win
+	serveWait chan struct{} // closed at serveAt, when the serve debt is paid off
+	serveAt   time.Time
+	paced     atomic.Int64 // bytes cold downloads took from the rate
+	lastPaced atomic.Int64 // when they last did: nanoseconds since clockStart (0: never)
+	paced0    int64        // paced at win
 
 	samplesTotal, lateTotal, crowded, backoffs int64 // counters for Stats
 
@@ -387,9 +389,17 @@ func (t *Tier) ServeCold() (maxBytes int64, wait <-chan struct{}) {
 	if tokens >= 0 {
 		return serveBurst, nil
 	}
-	ch := make(chan struct{})
-	time.AfterFunc(time.Duration(-tokens/float64(limit)*float64(time.Second))+time.Millisecond, func() { close(ch) })
-	return 0, ch
+	// One timer per debt, shared by every read waiting it out (a client
+	// polling without MaxWait must not start a timer per request).
+	at := time.Now().Add(time.Duration(-tokens/float64(limit)*float64(time.Second)) + time.Millisecond)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.serveWait == nil || at.Sub(g.serveAt) > time.Millisecond {
+		ch := make(chan struct{})
+		time.AfterFunc(time.Until(at), func() { close(ch) })
+		g.serveWait, g.serveAt = ch, at
+	}
+	return 0, g.serveWait
 }
 
 // ChargeCold counts n cold bytes served against the rate while it is

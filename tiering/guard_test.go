@@ -363,3 +363,24 @@ func TestServeColdPacesWhileLowered(t *testing.T) {
 		t.Fatalf("lifted: cap %d, wait %v", capBytes, wait)
 	}
 }
+
+// TestServeColdSharesOneTimer: reads waiting out the same debt share one
+// channel (a client polling without MaxWait does not start a timer per
+// request); more debt gets a later one.
+func TestServeColdSharesOneTimer(t *testing.T) {
+	r := newGuardRig(t, false)
+	for range 2 * quietEnough / 10 {
+		r.window(t, false, 0, 10, 400*time.Microsecond)
+	}
+	r.window(t, true, 0, 10, 3*time.Millisecond)
+	r.t.ChargeCold(2 * serveBurst)
+	_, w1 := r.t.ServeCold()
+	_, w2 := r.t.ServeCold()
+	if w1 == nil || w1 != w2 {
+		t.Fatalf("same debt, channels %v and %v", w1, w2)
+	}
+	r.t.ChargeCold(serveBurst)
+	if _, w3 := r.t.ServeCold(); w3 == nil || w3 == w1 {
+		t.Fatal("more debt, want a later channel")
+	}
+}
