@@ -2,6 +2,8 @@ package broker
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -497,5 +499,117 @@ func TestTailTrafficReachesTheGuard(t *testing.T) {
 	// 5 produce samples, and at least one fetch woken by an append.
 	if n := tier.Stats().TailSamples; n < 6 {
 		t.Fatalf("%d tail samples, want at least 6", n)
+	}
+}
+
+// TestTailGuardPacesColdServing: while the tail guard has lowered the
+// cold-read rate (driven here by late tail samples right after cold
+// downloads), cold data is handed out at about that rate even from the
+// cache, and a tail partition in the same fetch is answered at once.
+func TestTailGuardPacesColdServing(t *testing.T) {
+	tier := tiering.New(tiering.NewMemStore(), nil, 64<<20)
+	ts := startTiered(t, t.TempDir(), tier)
+	ctx := ctxT(t)
+	pr, adm := client(t, ts.addr, kgo.ProducerLinger(0), kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.ProducerBatchMaxBytes(256<<10))
+	cfg := map[string]*string{"segment.bytes": kstr(fmt.Sprint(1 << 20)), "local.retention.bytes": kstr("0"), "retention.ms": kstr("-1")}
+	if _, err := adm.CreateTopic(ctx, 1, 1, cfg, "cold"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "tail"); err != nil {
+		t.Fatal(err)
+	}
+	v := make([]byte, 16<<10)
+	const total = 24 << 20
+	for n := 0; n < total; n += len(v) {
+		rand.Read(v)
+		pr.Produce(ctx, &kgo.Record{Topic: "cold", Value: append([]byte(nil), v...)}, nil)
+	}
+	if err := pr.ProduceSync(ctx, &kgo.Record{Topic: "tail", Value: []byte("tail")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pr.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p0 := ts.reg.partition(ts.reg.get("cold"), 0)
+	waitUntil(t, 30*time.Second, func() bool { return p0.log.LocalStartOffset() > p0.log.HighWatermark()*9/10 })
+
+	// fetchFor fetches "cold" from its start and "tail" from 0 for d, and
+	// returns the cold bytes received; every response must carry the tail
+	// record.
+	fetchFor := func(d time.Duration) int64 {
+		var got, offset int64
+		for start := time.Now(); time.Since(start) < d && offset < p0.log.LocalStartOffset(); {
+			req := kmsg.NewPtrFetchRequest()
+			req.Version = 12
+			req.MaxWaitMillis, req.MinBytes, req.MaxBytes = 100, 1, 32<<20
+			for _, tp := range []struct {
+				topic string
+				off   int64
+			}{{"cold", offset}, {"tail", 0}} {
+				rt := kmsg.NewFetchRequestTopic()
+				rt.Topic, rt.TopicID = tp.topic, ts.reg.get(tp.topic).id // kgo may send v13+: by id
+				rp := kmsg.NewFetchRequestTopicPartition()
+				rp.FetchOffset, rp.PartitionMaxBytes = tp.off, 32<<20
+				rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
+				rt.Partitions = append(rt.Partitions, rp)
+				req.Topics = append(req.Topics, rt)
+			}
+			resp, err := req.RequestWith(ctx, pr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, rt := range resp.Topics {
+				p := rt.Partitions[0]
+				if p.ErrorCode != 0 {
+					t.Fatalf("%s: error %d", req.Topics[i].Topic, p.ErrorCode)
+				}
+				if i == 1 { // "tail"
+					if len(p.RecordBatches) == 0 {
+						t.Fatal("a fetch came back without its tail partition's record")
+					}
+					continue
+				}
+				for bs := p.RecordBatches; len(bs) >= 61; {
+					n := 12 + int64(int32(binary.BigEndian.Uint32(bs[8:])))
+					offset = int64(binary.BigEndian.Uint64(bs)) + int64(int32(binary.BigEndian.Uint32(bs[23:]))) + 1
+					got += n
+					bs = bs[n:]
+				}
+			}
+		}
+		return got
+	}
+
+	// A quiet tail first (the guard's reference), then everything cold is
+	// read once, unpaced: downloaded into the cache.
+	for range 300 {
+		tier.ObserveTail(tiering.TailProduce, 400*time.Microsecond)
+		time.Sleep(300 * time.Microsecond)
+	}
+	if got := fetchFor(20 * time.Second); got < total*9/10 {
+		t.Fatalf("read %d of %d cold bytes unpaced", got, total)
+	}
+	// Right after those downloads the tail runs late: the guard lowers the
+	// rate, and late samples keep it down.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			tier.ObserveTail(tiering.TailProduce, time.Second)
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	waitUntil(t, 5*time.Second, func() bool { return tier.Stats().ColdRate > 0 })
+	rate := tier.Stats().ColdRate
+	// Now the same read, all from the cache, gets about rate bytes a
+	// second (plus a first burst and one response ahead of the rate).
+	got := fetchFor(time.Second)
+	if limit := rate + 3<<20; got == 0 || got > limit {
+		t.Fatalf("read %d cold bytes in 1 s from the cache at a lowered rate of %d B/s, want 1..%d", got, rate, limit)
 	}
 }
