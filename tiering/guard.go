@@ -42,10 +42,9 @@ import (
 // p99 with it while it converged); a window of tail samples while cold
 // downloads moved and neither raises it by 3% plus 256 KiB/s (4 → 100
 // MiB/s in about 1.8 s, → 1 GiB/s in 3.7 s); a second without tail samples
-// lifts it. This
-// is LEDBAT's idea (a background transfer backs off when the foreground's
-// delay grows past what it is without it): where cold reads make no
-// processor short, the tail stays on time, the rate only grows, and
+// lifts it. This is LEDBAT's idea (a background transfer backs off when the
+// foreground's delay grows past what it is without it): where cold reads
+// make no processor short, the tail stays on time, the rate only grows, and
 // catch-up readers are not slowed; on a saturated machine they get what is
 // left, never less than tailFloor. The lowered rate stays while tail
 // traffic does, so the next catch-up reader starts from it.
