@@ -504,12 +504,27 @@ func TestNoWaitSmallCacheMakesProgress(t *testing.T) {
 	for _, s := range m.Segments {
 		tiered += s.Size
 	}
-	off, read := int64(0), int64(0)
-	for steps := 0; off < m.Next(); steps++ {
+	var read int64
+	readAllNoWait(t, tier, pk, m.Next(), 16<<20, func(r *ColdRead) { read += r.Len })
+	if read != tiered {
+		t.Fatalf("read %d bytes, %d tiered", read, tiered)
+	}
+	if d := tier.Stats().DownloadedBytes; d > 2*tiered {
+		t.Fatalf("downloaded %d bytes to read %d: thrashing", d, tiered)
+	}
+}
+
+// readAllNoWait reads pk from offset 0 to end as a fetch would (ReadNoWait
+// of up to maxBytes, waiting out chunks not yet downloaded), handing each
+// read to use before releasing it; it fails after 1000 reads.
+func readAllNoWait(t *testing.T, tier *Tier, pk PartitionKey, end, maxBytes int64, use func(*ColdRead)) {
+	t.Helper()
+	ctx := context.Background()
+	for off, steps := int64(0), 0; off < end; steps++ {
 		if steps > 1000 {
-			t.Fatalf("no progress: at offset %d of %d after %d reads", off, m.Next(), steps)
+			t.Fatalf("no progress: at offset %d of %d after %d reads", off, end, steps)
 		}
-		r, wait, err := tier.ReadNoWait(ctx, pk, off, 16<<20)
+		r, wait, err := tier.ReadNoWait(ctx, pk, off, maxBytes)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -517,15 +532,9 @@ func TestNoWaitSmallCacheMakesProgress(t *testing.T) {
 			<-wait
 			continue
 		}
-		read += r.Len
+		use(r)
 		off = r.Next
 		r.Release()
-	}
-	if read != tiered {
-		t.Fatalf("read %d bytes, %d tiered", read, tiered)
-	}
-	if d := tier.Stats().DownloadedBytes; d > 2*tiered {
-		t.Fatalf("downloaded %d bytes to read %d: thrashing", d, tiered)
 	}
 }
 
@@ -782,22 +791,7 @@ func TestReadAheadBringsBackDiskChunks(t *testing.T) {
 	}
 	pass := func() []byte {
 		var all []byte
-		for off, steps := int64(0), 0; off < m.Next(); steps++ {
-			if steps > 1000 {
-				t.Fatalf("no progress at offset %d", off)
-			}
-			r, wait, err := tier.ReadNoWait(ctx, pk, off, 1<<20)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if wait != nil {
-				<-wait
-				continue
-			}
-			all = append(all, r.Bytes()...)
-			off = r.Next
-			r.Release()
-		}
+		readAllNoWait(t, tier, pk, m.Next(), 1<<20, func(r *ColdRead) { all = append(all, r.Bytes()...) })
 		return all
 	}
 	first := pass()
