@@ -377,11 +377,8 @@ const serveBurst = 1 << 20
 // with ChargeCold. A fetch's other partitions are not held back.
 func (t *Tier) ServeCold() (maxBytes int64, wait <-chan struct{}) {
 	g := &t.guard
-	g.mu.Lock()
-	lowered := g.on && g.limit < g.ceiling
-	lim, limit := g.serve, g.limit
-	g.mu.Unlock()
-	if !lowered || lim == nil {
+	lim, limit := g.servePacing()
+	if lim == nil {
 		return 0, nil
 	}
 	tokens := lim.Tokens()
@@ -405,12 +402,8 @@ func (t *Tier) ServeCold() (maxBytes int64, wait <-chan struct{}) {
 // lowered (the next reads wait until the rate has caught up; see
 // ServeCold).
 func (t *Tier) ChargeCold(n int64) {
-	g := &t.guard
-	g.mu.Lock()
-	lowered := g.on && g.limit < g.ceiling
-	lim := g.serve
-	g.mu.Unlock()
-	if !lowered || lim == nil {
+	lim, _ := t.guard.servePacing()
+	if lim == nil {
 		return
 	}
 	now := time.Now()
@@ -419,6 +412,17 @@ func (t *Tier) ChargeCold(n int64) {
 		lim.ReserveN(now, int(k)) // the debt ServeCold waits out
 		n -= k
 	}
+}
+
+// servePacing returns the limiter pacing served cold data and its rate, or
+// nil while the guard has not lowered the cold-read rate.
+func (g *tailGuard) servePacing() (*rate.Limiter, rate.Limit) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.on || g.limit >= g.ceiling {
+		return nil, 0
+	}
+	return g.serve, g.limit
 }
 
 // coldRateInForce is the cold-read rate in force in bytes/s, 0 if none.
