@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -34,10 +35,12 @@ import (
 // a loop of Fetch requests (one in flight, 32 MiB), the plain side a loop of
 // GetObjects, once of whole objects and once of the 8 MiB ranges the
 // broker's cold reads ask for (versitygw serves a whole object with
-// sendfile, a range with a copy: a third of the CPU per byte). A franz-go
-// consumer's rows show what a decoding client gets. Figures are medians over
-// the iterations. Set RAW_DEBUG=1 to print every process's CPU time per
-// pass.
+// sendfile, a range with a copy: a third of the CPU per byte). Two relays
+// (relay) show the least a process in the middle costs: the same GETs
+// forwarded over one more loopback connection, with no caching, checking
+// or framing. A franz-go consumer's rows show what a decoding client gets.
+// Figures are medians over the iterations. Set RAW_DEBUG=1 to print every
+// process's CPU time per pass.
 func BenchmarkColdCatchUp(b *testing.B) {
 	vgw := tiering.RunVersitygw(b)
 	store := vgw.Store(vgw.Bucket(), "bench")
@@ -131,6 +134,32 @@ func BenchmarkColdCatchUp(b *testing.B) {
 			}
 			return n
 		})
+		relayWhole, _ := pass("relay whole objects", nil, func() int64 {
+			return relay(b, objs, func(k string) []byte {
+				bs, err := store.GetRange(ctx, k, 0, -1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return bs
+			})
+		})
+		var pieces []string // each object once per 8 MiB range, for the ranged relay
+		for _, k := range objs {
+			for off := int64(0); off < sizes[k]; off += tiering.ChunkSize {
+				pieces = append(pieces, k+"@"+strconv.FormatInt(off, 10))
+			}
+		}
+		relayRanged, _ := pass("relay 8 MiB ranges", nil, func() int64 {
+			return relay(b, pieces, func(piece string) []byte {
+				k, at, _ := strings.Cut(piece, "@")
+				off, _ := strconv.ParseInt(at, 10, 64)
+				bs, err := store.GetRange(ctx, k, off, min(tiering.ChunkSize, sizes[k]-off))
+				if err != nil {
+					b.Fatal(err)
+				}
+				return bs
+			})
+		})
 		br2 := startSynapseProc(b, bin, vgw, "bench")
 		profileBroker(br2, "PROF_COLD", 2)
 		rawCold, rawColdCPU := pass("raw fetch cold", br2, func() int64 { return rawFetchAll(b, ctx, br2.addr, "tiered") })
@@ -152,8 +181,53 @@ func BenchmarkColdCatchUp(b *testing.B) {
 		med.add(consCached, "franz-go-cached-MB/s")
 		med.add(rawCold/plainRanged, "ratio")
 		med.add(rawCold/plainWhole, "ratio-vs-whole")
+		med.add(relayWhole, "relay-whole-MB/s")
+		med.add(relayWhole/plainWhole, "relay-ratio-vs-whole")
+		med.add(relayRanged, "relay-ranged-MB/s")
+		med.add(rawCold/relayRanged, "ratio-vs-relay-ranged")
 	}
 	med.report(b)
+}
+
+// relay is the least any broker in the middle does: each object, as get
+// returns it, is written to a loopback TCP connection whose other end reads
+// it into a reused buffer. It returns the bytes relayed. Beside the plain
+// loop it shows what moving the bytes through one more process costs on
+// this machine, before any caching, checking or Kafka framing.
+func relay(tb testing.TB, objs []string, get func(key string) []byte) int64 {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	read := make(chan int64, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			read <- 0
+			return
+		}
+		defer c.Close()
+		n, _ := io.CopyBuffer(io.Discard, struct{ io.Reader }{c}, make([]byte, 1<<20))
+		read <- n
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var sent int64
+	for _, k := range objs {
+		n, err := c.Write(get(k))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		sent += int64(n)
+	}
+	c.Close()
+	if got := <-read; got != sent {
+		tb.Fatalf("relayed %d of %d bytes", got, sent)
+	}
+	return sent
 }
 
 // consumeAll reads topic from the start with a franz-go consumer until it
