@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +31,15 @@ type Server struct {
 
 	groupLog       *log.Partition
 	groupsMirrored atomic.Uint64 // group change count last mirrored to the bucket
+
+	// topics.json waiting to be mirrored to the bucket: saved under the
+	// registry's lock, copied by the maintenance loop (never under that
+	// lock, so a slow bucket cannot stall the requests that look topics
+	// up).
+	topicsMu       sync.Mutex
+	topicsJSON     []byte
+	topicsChanges  uint64 // saves so far (topicsMu)
+	topicsMirrored uint64 // topicsChanges last copied to the bucket (topicsMu)
 
 	host string
 	port int32
@@ -95,7 +106,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.reg = reg
 	if cfg.Tier != nil {
-		reg.mirror = s.mirrorTopics
+		reg.mirror = s.queueTopicsMirror
+		// Mirrored again at every start: a copy that failed before a
+		// restart is not left stale.
+		if b, err := os.ReadFile(filepath.Join(cfg.DataDir, topicsFile)); err == nil {
+			s.topicsJSON, s.topicsChanges = b, 1
+		}
 		// Every start, not only the one that fetched topics.json: a restore
 		// cut short by a crash is finished by the next start.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -223,6 +239,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.cfg.Tier != nil {
 		<-s.maintDone // no upload in flight: offloadAll owns the manifests now
 		s.offloadAll(ctx)
+		s.mirrorTopics(ctx)
 		if s.groups != nil {
 			s.mirrorGroups(ctx)
 		}
@@ -276,6 +293,9 @@ func (s *Server) maintain() {
 		case <-s.tierKick:
 		}
 		now := s.cfg.Now()
+		if s.cfg.Tier != nil {
+			s.mirrorTopics(s.ctx)
+		}
 		s.maintainGroups(now)
 		var local int64
 		for _, tp := range s.reg.all() {

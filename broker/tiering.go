@@ -91,14 +91,38 @@ func (s *Server) coldRead(p *partition, offset, maxBytes int64) (*tiering.ColdRe
 	return r, wait, nil
 }
 
-// mirrorTopics copies topics.json to the bucket (best effort: a failure is
-// logged and the next save or start tries again).
-func (s *Server) mirrorTopics(b []byte) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+// queueTopicsMirror is the registry's mirror hook (called under its lock
+// after every save of topics.json): it keeps the bytes for mirrorTopics and
+// asks the maintenance loop for a pass.
+func (s *Server) queueTopicsMirror(b []byte) {
+	s.topicsMu.Lock()
+	s.topicsJSON = b
+	s.topicsChanges++
+	s.topicsMu.Unlock()
+	s.kickTiering()
+}
+
+// mirrorTopics copies the last saved topics.json to the bucket if it
+// changed since the last copy (best effort: a failure is logged and the
+// next maintenance pass tries again). Only the maintenance loop and
+// Shutdown (after that loop ended) call it, so copies never race.
+func (s *Server) mirrorTopics(ctx context.Context) {
+	s.topicsMu.Lock()
+	b, n := s.topicsJSON, s.topicsChanges
+	done := n == s.topicsMirrored
+	s.topicsMu.Unlock()
+	if done || b == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := s.cfg.Tier.Store().Put(ctx, metaKey, bytes.NewReader(b), int64(len(b))); err != nil {
 		s.logger.Warn("mirror topics to the tiered store", zap.Error(err))
+		return
 	}
+	s.topicsMu.Lock()
+	s.topicsMirrored = n
+	s.topicsMu.Unlock()
 }
 
 // restoreFromTier fills an empty data directory from the bucket: topics.json
