@@ -183,7 +183,23 @@ func (t *Tier) Upload(ctx context.Context, pk PartitionKey, lp *log.Partition) (
 			continue
 		}
 		if len(m.Segments) > 0 && seg.Base != m.Next() {
-			return n, fmt.Errorf("tiering: %s: local segment %d does not continue the bucket's log at %d", pk.dir(), seg.Base, m.Next())
+			if seg.Base < m.Next() || lp.LogStartOffset() < seg.Base {
+				return n, fmt.Errorf("tiering: %s: local segment %d does not continue the bucket's log at %d", pk.dir(), seg.Base, m.Next())
+			}
+			// DeleteRecords (or retention) removed local segments before
+			// they were uploaded: the gap, and everything the bucket holds,
+			// is below the log start. Retention drops those segments from
+			// the manifest (then deletes their objects), and the bucket's
+			// log starts again with this segment.
+			if err := t.ApplyRetention(ctx, pk, lp, -1, -1, time.Time{}); err != nil {
+				return n, err
+			}
+			if m, err = t.Manifest(ctx, pk); err != nil {
+				return n, err
+			}
+			if len(m.Segments) > 0 {
+				return n, fmt.Errorf("tiering: %s: bucket's log ends at %d, below the log start %d, but was not emptied", pk.dir(), m.Next(), lp.LogStartOffset())
+			}
 		}
 		meta, err := t.uploadSegment(ctx, pk, lp, seg)
 		if err != nil {

@@ -873,3 +873,55 @@ func TestDemandedChunkGoesFirstUnderTheRate(t *testing.T) {
 		r.Release()
 	}
 }
+
+// TestUploadAfterDeleteRecordsAcrossAGap: DeleteRecords removes local
+// segments that were never uploaded, leaving a gap between the bucket's log
+// and the next local segment. The gap is below the log start, so the
+// bucket's old segments go (manifest first, then their objects) and uploads
+// go on from the next local segment instead of failing for ever.
+func TestUploadAfterDeleteRecordsAcrossAGap(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	m := f.offload(30)
+	if len(m.Segments) < 2 {
+		t.Fatalf("want a few uploaded segments, got %d", len(m.Segments))
+	}
+	old := m.Segments
+	f.produce(40, 5000) // sealed segments the bucket does not have yet
+	sealed := f.lp.SealedSegments()
+	var pending []log.SegmentInfo
+	for _, s := range sealed {
+		if s.Base >= m.Next() {
+			pending = append(pending, s)
+		}
+	}
+	if len(pending) < 2 {
+		t.Fatalf("want at least 2 sealed segments past the bucket's log, got %d", len(pending))
+	}
+	cut := pending[1].Base + 1 // inside the second: the first goes entirely
+	if _, err := f.lp.DeleteRecordsBefore(cut); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.lp.SealedSegments(); len(got) > 0 && got[0].Base == pending[0].Base {
+		t.Fatalf("DeleteRecords kept the local segment at %d", got[0].Base)
+	}
+	if _, err := f.tier.Upload(ctx, f.pk, f.lp); err != nil {
+		t.Fatalf("upload after DeleteRecords across a gap: %v", err)
+	}
+	m2, err := f.tier.Manifest(ctx, f.pk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m2.Segments) == 0 || m2.Segments[0].Base != pending[1].Base || m2.LogStartOffset != cut {
+		t.Fatalf("manifest after the gap: %+v (want it to start with segment %d, log start %d)", m2, pending[1].Base, cut)
+	}
+	for _, s := range old {
+		if _, err := f.store.GetRange(ctx, f.pk.segmentKey(s.Base, ".log"), 0, 1); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("object of segment %d below the log start still there: %v", s.Base, err)
+		}
+	}
+	if _, err := f.tier.ReleaseLocal(ctx, f.pk, f.lp, 0, -1, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	f.readAll(cut)
+}
