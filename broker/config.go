@@ -47,9 +47,10 @@ type Config struct {
 	// retention deletes it).
 	Tier *tiering.Tier
 	// LocalDiskBudget, with tiering, caps the bytes of local segments: past
-	// it (the bucket being away, so nothing can be released) produce is
-	// refused with a retriable KAFKA_STORAGE_ERROR until uploads catch up.
-	// 0 means no cap.
+	// it, local copies of uploaded segments are deleted (oldest first,
+	// whatever local.retention.* says); if that is not enough (the bucket
+	// is away or behind) produce is refused with a retriable
+	// KAFKA_STORAGE_ERROR until uploads catch up. 0 means no cap.
 	LocalDiskBudget int64
 	// MaintenanceInterval is how often retention, segment.ms rolls and
 	// tiering run over every partition (default 10 s).

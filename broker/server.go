@@ -297,18 +297,7 @@ func (s *Server) maintain() {
 			s.mirrorTopics(s.ctx)
 		}
 		s.maintainGroups(now)
-		var local int64
-		for _, tp := range s.reg.all() {
-			for _, p := range s.reg.partitionsOf(tp) {
-				local += p.log.LocalBytes()
-			}
-		}
-		if b := s.cfg.LocalDiskBudget; b > 0 && s.cfg.Tier != nil {
-			over := local > b
-			if over != s.overDisk.Swap(over) {
-				s.logger.Warn("local disk budget", zap.Bool("over", over), zap.Int64("local_bytes", local), zap.Int64("budget", b))
-			}
-		}
+		s.checkDiskBudget()
 		// Tiering work runs on a few partitions at once: uploads are
 		// network-bound, and one slow partition must not hold up the rest.
 		sem := make(chan struct{}, tierParallelism)
@@ -330,5 +319,6 @@ func (s *Server) maintain() {
 			}
 		}
 		wg.Wait()
+		s.checkDiskBudget() // what this pass uploaded can make room
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"sort"
 	"time"
 
 	"go.uber.org/zap"
@@ -55,6 +57,81 @@ func (s *Server) tierPartition(p *partition, now time.Time) {
 	if err := t.ApplyRetention(ctx, pk, p.log, configInt(set, "retention.bytes"), configInt(set, "retention.ms"), now); err != nil {
 		l.Warn("retention in the tiered store", zap.Error(err))
 	}
+}
+
+// checkDiskBudget enforces --local-disk-budget (with tiering): past it,
+// local copies of uploaded segments go first, oldest first across all
+// partitions, whatever local.retention.* would keep; produce is refused
+// only while what is left still exceeds the budget (the bucket is away or
+// behind).
+func (s *Server) checkDiskBudget() {
+	b := s.cfg.LocalDiskBudget
+	if b <= 0 || s.cfg.Tier == nil {
+		return
+	}
+	var local int64
+	for _, tp := range s.reg.all() {
+		for _, p := range s.reg.partitionsOf(tp) {
+			local += p.log.LocalBytes()
+		}
+	}
+	if local > b {
+		local -= s.releaseOverBudget(local - b)
+	}
+	over := local > b
+	if over != s.overDisk.Swap(over) {
+		s.logger.Warn("local disk budget", zap.Bool("over", over), zap.Int64("local_bytes", local), zap.Int64("budget", b))
+	}
+}
+
+// releaseOverBudget deletes local copies of uploaded sealed segments until
+// at least excess bytes are gone or none is left, oldest first (by the
+// largest timestamp up to each segment in its partition, so each partition
+// loses a prefix), and returns the bytes deleted.
+func (s *Server) releaseOverBudget(excess int64) int64 {
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	type candidate struct {
+		p              *partition
+		next, size, ts int64
+	}
+	var cands []candidate
+	for _, tp := range s.reg.all() {
+		for _, p := range s.reg.partitionsOf(tp) {
+			m, err := s.cfg.Tier.Manifest(ctx, p.tierKey()) // cached: no bucket call once read
+			if err != nil {
+				continue
+			}
+			ts := int64(math.MinInt64)
+			for _, sg := range p.log.SealedSegments() {
+				if sg.Next > m.Next() {
+					break // not in the bucket yet
+				}
+				ts = max(ts, sg.MaxTimestamp)
+				cands = append(cands, candidate{p, sg.Next, sg.Size, ts})
+			}
+		}
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return cands[i].ts < cands[j].ts })
+	cut := map[*partition]int64{}
+	var freed int64
+	for _, c := range cands {
+		if freed >= excess {
+			break
+		}
+		cut[c.p] = c.next
+		freed += c.size
+	}
+	freed = 0
+	for p, off := range cut {
+		before := p.log.LocalBytes()
+		if _, err := p.log.DeleteLocalBefore(off); err != nil {
+			s.logger.Warn("release local segments over the disk budget", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
+			continue
+		}
+		freed += before - p.log.LocalBytes()
+	}
+	return freed
 }
 
 // localRetention reads local.retention.*; -2 means "as retention.*", as in

@@ -657,3 +657,49 @@ func TestTopicsMirrorNeverStallsRequests(t *testing.T) {
 		return err == nil && bytes.Contains(b, []byte(`"during2"`)) && bytes.Contains(b, []byte(`"during1"`))
 	})
 }
+
+// TestDiskBudgetReleasesUploadedSegments: with default topic configs
+// (local.retention.* keeps data for days) and a healthy bucket, the local
+// disk budget deletes local copies of uploaded segments, oldest first
+// across partitions, instead of refusing produce; everything stays
+// readable from offset 0.
+func TestDiskBudgetReleasesUploadedSegments(t *testing.T) {
+	store := tiering.NewMemStore()
+	const budget = 150_000
+	ts := startServerConfig(t, Config{Tier: tiering.New(store, nil, 8<<20), MaintenanceInterval: 20 * time.Millisecond,
+		LocalDiskBudget: budget})
+	_, adm := client(t, ts.addr)
+	ctx := ctxT(t)
+	for _, name := range []string{"old", "new"} {
+		if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("20000")}, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pr, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.RecordRetries(1))
+	produce := func(topic string, n int) {
+		for i := 0; i < n; i++ {
+			r := &kgo.Record{Topic: topic, Value: bytes.Repeat([]byte{byte(i), 7, byte(i >> 3)}, 400)}
+			if err := pr.ProduceSync(ctx, r).FirstErr(); err != nil {
+				t.Fatalf("%s record %d refused: %v", topic, i, err)
+			}
+			time.Sleep(time.Millisecond) // let maintenance keep up
+		}
+	}
+	produce("old", 150) // ~180 KB: over the budget on its own
+	produce("new", 150)
+	pOld := ts.reg.partition(ts.reg.get("old"), 0)
+	pNew := ts.reg.partition(ts.reg.get("new"), 0)
+	waitUntil(t, 10*time.Second, func() bool { return pOld.log.LocalBytes()+pNew.log.LocalBytes() <= budget })
+	if pOld.log.LocalStartOffset() == 0 {
+		t.Fatal("the older topic kept all its local segments")
+	}
+	if pOld.log.LocalBytes() > pNew.log.LocalBytes() {
+		t.Fatalf("older topic has %d local bytes, newer %d: the newer was released first", pOld.log.LocalBytes(), pNew.log.LocalBytes())
+	}
+	if ts.overDisk.Load() {
+		t.Fatal("produce still refused with the bucket healthy")
+	}
+	if got := consumeAll(t, ts.addr, "old", 150); len(got) != 150 {
+		t.Fatalf("read back %d of 150 records", len(got))
+	}
+}

@@ -77,7 +77,7 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.tierTailGuard, "tier-tail-guard", true, "pace cold reads down (to >= 4 MiB/s) while tail traffic (small acks=all produce, fetches waiting at a partition's end) runs late against itself without cold reads, or CPU pressure (Linux PSI) rises with them; back up while the tail is on time; false = cold reads bounded only by --tier-fetch-max-bytes-per-second")
 	fs.Int64Var(&o.tierDiskCache, "tier-disk-cache-bytes", 1<<30, "local-disk budget of the cold-read chunk cache (<data-dir>/tier-cache, emptied at start); 0 disables it")
 	fs.Int64Var(&o.diskBudget, "local-disk-budget", 0,
-		"with tiering: bytes of local segments above which produce is refused (retriable) until uploads catch up; 0 = no cap")
+		"with tiering: cap on the bytes of local segments; past it local copies of uploaded segments go first (oldest first, whatever local.retention.* keeps), and produce is refused (retriable) only while uploads are behind; 0 = no cap")
 	fs.DurationVar(&o.maintenance, "maintenance-interval", 10*time.Second,
 		"how often retention, segment.ms rolls and tiering uploads run (Kafka's log.retention.check.interval.ms)")
 	fs.DurationVar(&o.groupDelay, "group-initial-rebalance-delay", 3*time.Second,
