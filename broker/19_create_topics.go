@@ -74,7 +74,7 @@ func (s *Server) handleCreateTopics(req *kmsg.CreateTopicsRequest) (kmsg.Respons
 				fail(kerr.TopicAlreadyExists.Code, "topic '"+rt.Topic+"' already exists")
 			case validTopicName(rt.Topic) != nil:
 				fail(kerr.InvalidTopicException.Code, err.Error())
-			case validateConfigs(configs) != nil:
+			case validateConfigs(configs, s.cfg.Tier != nil) != nil:
 				fail(kerr.InvalidConfig.Code, err.Error())
 			default:
 				fail(s.errorCode(err), err.Error())
@@ -83,7 +83,7 @@ func (s *Server) handleCreateTopics(req *kmsg.CreateTopicsRequest) (kmsg.Respons
 		}
 		st.TopicID = t.id
 		st.NumPartitions, st.ReplicationFactor = n, 1
-		st.Configs = createTopicsConfigs(t.configs)
+		st.Configs = createTopicsConfigs(t.configs, s.cfg.Tier != nil)
 		resp.Topics = append(resp.Topics, st)
 	}
 	return resp, nil
@@ -98,10 +98,10 @@ func (s *Server) assignmentIsSelf(as []kmsg.CreateTopicsRequestTopicReplicaAssig
 	return true
 }
 
-func createTopicsConfigs(set map[string]string) []kmsg.CreateTopicsResponseTopicConfig {
+func createTopicsConfigs(set map[string]string, tiered bool) []kmsg.CreateTopicsResponseTopicConfig {
 	var out []kmsg.CreateTopicsResponseTopicConfig
 	for _, name := range sortedConfigNames() {
-		v, isSet := configValue(set, name)
+		v, isSet := shownValue(set, name, tiered)
 		c := kmsg.NewCreateTopicsResponseTopicConfig()
 		c.Name, c.Value = name, kmsg.StringPtr(v)
 		c.Source = int8(kmsg.ConfigSourceDefaultConfig)

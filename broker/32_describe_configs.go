@@ -40,7 +40,7 @@ func (s *Server) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest) (kmsg.R
 				if rr.ConfigNames != nil && !want[d.name] {
 					continue
 				}
-				v, isSet := configValue(set, d.name)
+				v, isSet := shownValue(set, d.name, s.cfg.Tier != nil)
 				c := kmsg.NewDescribeConfigsResponseResourceConfig()
 				c.Name, c.Value = d.name, kmsg.StringPtr(v)
 				c.Source = kmsg.ConfigSourceDefaultConfig

@@ -83,7 +83,7 @@ func (s *Server) applyConfigs(rtype kmsg.ConfigResourceType, name string, change
 	}
 	next, err := change(s.reg.configsOf(t))
 	if err == nil {
-		err = validateConfigs(next)
+		err = validateConfigs(next, s.cfg.Tier != nil)
 	}
 	if err != nil {
 		return kerr.InvalidConfig.Code, kmsg.StringPtr(err.Error())

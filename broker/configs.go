@@ -89,8 +89,8 @@ var topicConfigs = []configDef{
 	{"flush.messages", "9223372036854775807", cfgLong, longAtLeast(1), "stored: durability is the broker's fsync policy"},
 	{"flush.ms", "9223372036854775807", cfgLong, longAtLeast(0), "stored: durability is the broker's fsync policy"},
 	{"index.interval.bytes", "4096", cfgInt, intRange(0, 1<<31-1), "bytes between sparse offset-index entries"},
-	{"local.retention.bytes", "-2", cfgLong, longAtLeast(-2), "stored until tiering lands"},
-	{"local.retention.ms", "-2", cfgLong, longAtLeast(-2), "stored until tiering lands"},
+	{"local.retention.bytes", "-2", cfgLong, longAtLeast(-2), "with tiering: bytes of the newest data kept on local disk once uploaded (-2: as retention.bytes)"},
+	{"local.retention.ms", "-2", cfgLong, longAtLeast(-2), "with tiering: age up to which uploaded data stays on local disk too (-2: as retention.ms)"},
 	{"max.compaction.lag.ms", "9223372036854775807", cfgLong, longAtLeast(1), "stored"},
 	{"max.message.bytes", "1048588", cfgInt, intRange(0, 1<<31-1), "largest record batch accepted"},
 	{"message.downconversion.enable", "true", cfgBoolean, isBool, "stored"},
@@ -102,7 +102,7 @@ var topicConfigs = []configDef{
 	{"min.compaction.lag.ms", "0", cfgLong, longAtLeast(0), "stored"},
 	{"min.insync.replicas", "1", cfgInt, intRange(1, 1), "one replica: always 1"},
 	{"preallocate", "false", cfgBoolean, isBool, "stored"},
-	{"remote.storage.enable", "false", cfgBoolean, isBool, "stored until tiering lands"},
+	{"remote.storage.enable", "false", cfgBoolean, isBool, "true on a broker with a tiered store (--tier): every topic is tiered there, none elsewhere; only that value is accepted"},
 	{"retention.bytes", "-1", cfgLong, longAtLeast(-1), "whole-log size bound, oldest segments deleted first"},
 	{"retention.ms", "604800000", cfgLong, longAtLeast(-1), "age bound by each segment's max timestamp; -1 keeps forever"},
 	{"segment.bytes", strconv.Itoa(log.DefaultSegmentBytes), cfgInt, intRange(14, 1<<30), "segment size (Synapse default 128 MiB; Kafka's is 1 GiB)"},
@@ -120,8 +120,9 @@ var configByName = func() map[string]*configDef {
 	return m
 }()
 
-// validateConfigs checks names and values; the error names the culprit.
-func validateConfigs(cfg map[string]string) error {
+// validateConfigs checks names and values for a broker with (tiered) or
+// without a tiered store; the error names the culprit.
+func validateConfigs(cfg map[string]string, tiered bool) error {
 	for k, v := range cfg {
 		d, ok := configByName[k]
 		if !ok {
@@ -131,8 +132,18 @@ func validateConfigs(cfg map[string]string) error {
 			return fmt.Errorf("invalid value for %s: %v", k, err)
 		}
 	}
+	if v, ok := cfg[remoteStorageEnable]; ok && v != strconv.FormatBool(tiered) {
+		if tiered {
+			return fmt.Errorf("invalid value for %s: every topic is tiered on this broker (--tier); it cannot be turned off per topic", remoteStorageEnable)
+		}
+		return fmt.Errorf("invalid value for %s: this broker has no tiered store (--tier none)", remoteStorageEnable)
+	}
 	return nil
 }
+
+// remoteStorageEnable is the one topic config whose value follows the
+// broker: true exactly when it has a tiered store.
+const remoteStorageEnable = "remote.storage.enable"
 
 // configValue returns the effective value and whether it was set on the topic.
 func configValue(set map[string]string, name string) (string, bool) {
@@ -140,6 +151,16 @@ func configValue(set map[string]string, name string) (string, bool) {
 		return v, true
 	}
 	return configByName[name].def, false
+}
+
+// shownValue is configValue as DescribeConfigs and CreateTopics report it
+// on a broker with (tiered) or without a tiered store.
+func shownValue(set map[string]string, name string, tiered bool) (string, bool) {
+	v, isSet := configValue(set, name)
+	if name == remoteStorageEnable && !isSet {
+		v = strconv.FormatBool(tiered)
+	}
+	return v, isSet
 }
 
 func configInt(set map[string]string, name string) int64 {

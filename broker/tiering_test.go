@@ -703,3 +703,54 @@ func TestDiskBudgetReleasesUploadedSegments(t *testing.T) {
 		t.Fatalf("read back %d of 150 records", len(got))
 	}
 }
+
+// TestRemoteStorageEnableFollowsTheBroker: DescribeConfigs reports
+// remote.storage.enable as the broker tiers (true with a tiered store, false
+// without), and a topic config that contradicts it is refused with
+// INVALID_CONFIG at create and at alter.
+func TestRemoteStorageEnableFollowsTheBroker(t *testing.T) {
+	for _, tiered := range []bool{true, false} {
+		cfg := Config{}
+		if tiered {
+			cfg.Tier = tiering.New(tiering.NewMemStore(), nil, 8<<20)
+		}
+		ts := startServerConfig(t, cfg)
+		_, adm := client(t, ts.addr)
+		ctx := ctxT(t)
+		if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"local.retention.ms": kstr("60000")}, "t"); err != nil {
+			t.Fatal(err)
+		}
+		rcs, err := adm.DescribeTopicConfigs(ctx, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := rcs.On("t", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, c := range rc.Configs {
+			got[c.Key] = c.MaybeValue()
+		}
+		want := fmt.Sprint(tiered)
+		if got["remote.storage.enable"] != want || got["local.retention.ms"] != "60000" || got["local.retention.bytes"] != "-2" {
+			t.Fatalf("tiered %v: remote.storage.enable %q, local.retention.ms %q, local.retention.bytes %q", tiered,
+				got["remote.storage.enable"], got["local.retention.ms"], got["local.retention.bytes"])
+		}
+		other := fmt.Sprint(!tiered)
+		resp, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"remote.storage.enable": kstr(other)}, "contradicts")
+		if !errors.Is(err, kerr.InvalidConfig) && !errors.Is(resp.Err, kerr.InvalidConfig) {
+			t.Fatalf("tiered %v: create with remote.storage.enable=%s: %v / %v", tiered, other, err, resp.Err)
+		}
+		if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"remote.storage.enable": kstr(want)}, "agrees"); err != nil {
+			t.Fatalf("tiered %v: create with remote.storage.enable=%s: %v", tiered, want, err)
+		}
+		ar, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "remote.storage.enable", Value: kstr(other)}}, "t")
+		if err == nil {
+			err = ar[0].Err
+		}
+		if !errors.Is(err, kerr.InvalidConfig) {
+			t.Fatalf("tiered %v: alter remote.storage.enable=%s: %v", tiered, other, err)
+		}
+	}
+}

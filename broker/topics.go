@@ -253,7 +253,7 @@ func (r *registry) create(name string, partitions int32, configs map[string]stri
 	if configs == nil {
 		configs = map[string]string{}
 	}
-	if err := validateConfigs(configs); err != nil {
+	if err := validateConfigs(configs, r.tiered); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
