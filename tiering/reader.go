@@ -148,6 +148,10 @@ func (t *Tier) read(ctx context.Context, pk PartitionKey, offset, maxBytes int64
 	if i < 0 {
 		return nil, ErrOffsetNotTiered
 	}
+	seq := offset == m.LogStartOffset || t.continues(pk, offset)
+	if seq {
+		ctx = context.WithValue(ctx, sequentialKey{}, true)
+	}
 	r := &ColdRead{Next: offset, cache: t.cache}
 	// Whole batches from the segment holding offset, then from the
 	// following segments while the budget lasts.
@@ -165,8 +169,70 @@ func (t *Tier) read(ctx context.Context, pk PartitionKey, offset, maxBytes int64
 			break
 		}
 	}
-	t.readAheadAcross(pk, m, min(i, len(m.Segments)-1), r)
+	if r.Len > 0 {
+		t.readEnded(pk, offset, r.Next)
+	}
+	if seq {
+		t.readAheadAcross(pk, m, min(i, len(m.Segments)-1), r)
+	}
 	return r, nil
+}
+
+// sequentialKey marks the context of a read that continues an earlier one
+// (or starts at the log start): only such reads start read-aheads, so a
+// reader that seeks somewhere and reads a little downloads only the chunks
+// it reads.
+type sequentialKey struct{}
+
+// readEnds remembers where a partition's last few cold reads ended: a read
+// starting at one of them is a reader going on (several readers, such as
+// consumer groups catching up, each keep theirs).
+type readEnds struct {
+	next [8]int64
+	n    int // slots used; then the oldest is replaced
+	at   int // next slot to replace
+}
+
+// continues reports whether a cold read of pk at offset starts where an
+// earlier one ended.
+func (t *Tier) continues(pk PartitionKey, offset int64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.readEnds[pk]; e != nil {
+		for _, n := range e.next[:e.n] {
+			if n == offset {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// readEnded records that a cold read of pk from offset ended at next.
+func (t *Tier) readEnded(pk PartitionKey, offset, next int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.readEnds[pk]
+	if e == nil {
+		if len(t.readEnds) >= 1<<16 { // bounded: forget them all, readers re-establish theirs
+			clear(t.readEnds)
+		}
+		e = &readEnds{}
+		t.readEnds[pk] = e
+	}
+	for i, n := range e.next[:e.n] {
+		if n == offset || n == next {
+			e.next[i] = next // this reader going on
+			return
+		}
+	}
+	if e.n < len(e.next) {
+		e.next[e.n] = next
+		e.n++
+		return
+	}
+	e.next[e.at] = next
+	e.at = (e.at + 1) % len(e.next)
 }
 
 // readAheadAcross carries the read-ahead of a read that ended near the end
@@ -396,16 +462,19 @@ func (t *Tier) eachPiece(ctx context.Context, o object, pos, n int64, use func(e
 }
 
 // chunk returns chunk ci of an object, from the cache, from a download
-// already in flight, or by downloading it. Each download also starts the
-// next readAhead chunks in the background, so a sequential catch-up reader
-// finds them ready. Under a no-wait context a missing chunk is not waited
+// already in flight, or by downloading it. For a read going on from an
+// earlier one (sequentialKey) it also starts the next readAhead chunks in
+// the background, so a catch-up reader finds them ready. Under a no-wait context a missing chunk is not waited
 // for: its download starts and a *NotReadyError says what to wait on.
 // The caller releases the chunk (t.cache.release) when done with its data.
 func (t *Tier) chunk(ctx context.Context, o object, ci int64) (*chunkEntry, error) {
 	if ctx.Value(noWaitKey{}) != nil {
+		seq := ctx.Value(sequentialKey{}) != nil
 		e, wait := t.cached(o, ci)
 		if e != nil {
-			t.readAheadFrom(o, ci)
+			if seq {
+				t.readAheadFrom(o, ci)
+			}
 			return e, nil
 		}
 		if wait != nil {
@@ -422,7 +491,7 @@ func (t *Tier) chunk(ctx context.Context, o object, ci int64) (*chunkEntry, erro
 			return nil, err
 		}
 		wait = t.startFetch(o, ci, true)
-		if (ci+1)*chunkSize < o.size && t.cache.max >= 4*chunkSize {
+		if seq && (ci+1)*chunkSize < o.size && t.cache.max >= 4*chunkSize {
 			// A cold start of a catch-up read: the next chunk downloads
 			// alongside (the read-ahead proper starts once this one is read).
 			t.prefetch(o, ci+1)
@@ -430,7 +499,7 @@ func (t *Tier) chunk(ctx context.Context, o object, ci int64) (*chunkEntry, erro
 		return nil, &NotReadyError{Wait: wait}
 	}
 	c, err := t.fetchChunk(ctx, o, ci)
-	if err == nil {
+	if err == nil && ctx.Value(sequentialKey{}) != nil {
 		t.readAheadFrom(o, ci)
 	}
 	return c, err
@@ -559,6 +628,11 @@ func (t *Tier) download(ctx context.Context, o object, ci int64, f *flight, reco
 		t.mu.Unlock()
 		close(f.done)
 	}()
+	release, err := t.takeSlot(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if record {
 		// A read-ahead of a chunk on the disk level brings it back into
 		// memory (off the fetch path) instead of downloading it.
@@ -609,6 +683,43 @@ func (t *Tier) download(ctx context.Context, o object, ci int64, f *flight, reco
 	}
 	t.downloadedBytes.Add(n)
 	return t.cache.put(o.key, ci, buf, n, o.sums != nil, crc, !record), nil
+}
+
+// downloadSlots bounds the chunk downloads (each with a chunk buffer and
+// a GET) under way at once, whatever the number of readers: 128 MiB of
+// buffers beyond the cache's budget at most. Read-aheads get at most
+// readAheadSlots of them, so a read waiting for its chunk always finds a
+// slot free of them.
+const downloadSlots, readAheadSlots = 16, 12
+
+// takeSlot waits for a download slot for f (for a read-ahead, first for a
+// read-ahead slot, unless a read demands it meanwhile) and returns its
+// release.
+func (t *Tier) takeSlot(ctx context.Context, f *flight) (func(), error) {
+	ra := false
+	for !ra && !f.demanded.Load() {
+		select {
+		case t.raSlots <- struct{}{}:
+			ra = true
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond): // demanded meanwhile?
+		}
+	}
+	select {
+	case t.slots <- struct{}{}:
+	case <-ctx.Done():
+		if ra {
+			<-t.raSlots
+		}
+		return nil, ctx.Err()
+	}
+	return func() {
+		<-t.slots
+		if ra {
+			<-t.raSlots
+		}
+	}, nil
 }
 
 // pace waits until n more bytes of download f fit the cold-read rate, or

@@ -63,6 +63,10 @@ type Tier struct {
 	inflight  map[chunkID]*flight // chunk downloads under way
 	failed    map[chunkID]error   // last background download error, reported once
 	demanded  atomic.Int32        // demanded downloads waiting for fetchRate
+	readEnds  map[PartitionKey]*readEnds
+	// Download slots: at most downloadSlots chunk downloads hold a buffer
+	// and a GET at once, read-aheads at most readAheadSlots of them.
+	slots, raSlots chan struct{}
 
 	uploadedBytes, uploadedSegments, downloadedBytes, errs atomic.Int64
 }
@@ -77,7 +81,8 @@ func New(store ObjectStore, logger *zap.Logger, cacheBytes int64) *Tier {
 		cacheBytes = 256 << 20
 	}
 	t := &Tier{store: store, logger: logger, cache: newChunkCache(cacheBytes),
-		manifests: map[PartitionKey]*Manifest{}, indexes: newIndexCache(indexCacheBytes), inflight: map[chunkID]*flight{}, failed: map[chunkID]error{}}
+		manifests: map[PartitionKey]*Manifest{}, indexes: newIndexCache(indexCacheBytes), inflight: map[chunkID]*flight{}, failed: map[chunkID]error{},
+		readEnds: map[PartitionKey]*readEnds{}, slots: make(chan struct{}, downloadSlots), raSlots: make(chan struct{}, readAheadSlots)}
 	t.SetTailGuard(true)
 	return t
 }

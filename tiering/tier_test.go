@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -924,4 +925,103 @@ func TestUploadAfterDeleteRecordsAcrossAGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.readAll(cut)
+}
+
+// TestReadAheadOnlyForReadersGoingOn: a reader that seeks into the middle of
+// a tiered segment and reads one batch downloads only the chunk holding it;
+// when it reads on from where it stopped, the read-ahead starts.
+func TestReadAheadOnlyForReadersGoingOn(t *testing.T) {
+	dir := t.TempDir()
+	// One sealed segment of about 10 chunks, batches of 1 MiB and change.
+	lp := bigPartition(t, dir, log.Config{SegmentBytes: 80 << 20, MaxMessageBytes: 4 << 20, RetentionMs: -1}, 1<<20+333, 90<<20)
+	st := NewMemStore()
+	tier := New(st, zaptest.NewLogger(t), 10*chunkSize)
+	pk := PartitionKey{Topic: "t", Partition: 0}
+	ctx := context.Background()
+	if _, err := tier.Upload(ctx, pk, lp); err != nil {
+		t.Fatal(err)
+	}
+	var gets atomic.Int64
+	st.SetFault(func(op, key string) error {
+		if op == "get" && strings.HasSuffix(key, ".log") {
+			gets.Add(1)
+		}
+		return nil
+	})
+	read := func(offset int64) int64 {
+		t.Helper()
+		for i := 0; i < 100; i++ {
+			r, wait, err := tier.ReadNoWait(ctx, pk, offset, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if wait == nil {
+				next := r.Next
+				r.Release()
+				return next
+			}
+			<-wait
+		}
+		t.Fatal("read never became ready")
+		return 0
+	}
+	next := read(40) // about 40 MiB in: chunk 5
+	waitDownloadsDone(t, tier, 5*time.Second)
+	time.Sleep(20 * time.Millisecond)
+	if n := gets.Load(); n != 1 {
+		t.Fatalf("a one-batch read in the middle made %d chunk GETs, want 1", n)
+	}
+	read(next) // going on: read-ahead
+	waitDownloadsDone(t, tier, 5*time.Second)
+	if n := gets.Load(); n < 1+readAhead {
+		t.Fatalf("a reader going on made %d chunk GETs in all, want the read-ahead (%d more)", n, readAhead)
+	}
+}
+
+// TestDownloadSlotsBoundDownloads: however many readers start cold reads
+// at once, at most downloadSlots chunk downloads are under way, and all of
+// them complete.
+func TestDownloadSlotsBoundDownloads(t *testing.T) {
+	f := newFixture(t)
+	f.tier = New(f.store, zaptest.NewLogger(t), 64*chunkSize)
+	ctx := context.Background()
+	m := f.offload(400) // many one-chunk segments
+	if len(m.Segments) < 2*downloadSlots {
+		t.Fatalf("%d segments", len(m.Segments))
+	}
+	var now, peak atomic.Int64
+	f.store.SetFault(func(op, key string) error {
+		if op == "get" && strings.HasSuffix(key, ".log") {
+			n := now.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			time.Sleep(20 * time.Millisecond)
+			now.Add(-1)
+		}
+		return nil
+	})
+	var waits []<-chan struct{}
+	for _, s := range m.Segments {
+		r, wait, err := f.tier.ReadNoWait(ctx, f.pk, s.Base, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r != nil {
+			r.Release()
+		}
+		if wait != nil {
+			waits = append(waits, wait)
+		}
+	}
+	for _, w := range waits {
+		select {
+		case <-w:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a download never finished")
+		}
+	}
+	waitDownloadsDone(t, f.tier, 10*time.Second)
+	if p := peak.Load(); p > downloadSlots || p < 2 {
+		t.Fatalf("peak of %d downloads at once, want 2..%d", p, downloadSlots)
+	}
 }
