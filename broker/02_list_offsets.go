@@ -1,6 +1,9 @@
 package broker
 
 import (
+	"context"
+	"time"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -88,7 +91,9 @@ func (s *Server) listOffset(p *partition, ts int64) (offset, timestamp int64, co
 	}
 	if s.cfg.Tier != nil && lp.LogStartOffset() < lp.LocalStartOffset() {
 		// Older data may be in the bucket: look there first.
-		b, err := s.cfg.Tier.BatchForTimestamp(s.ctx, p.tierKey(), ts)
+		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+		b, err := s.cfg.Tier.BatchForTimestamp(ctx, p.tierKey(), ts)
+		cancel()
 		if err != nil {
 			return -1, -1, kerr.KafkaStorageError.Code
 		}

@@ -203,6 +203,23 @@ func readIndexFile(fs FS, name string) ([]byte, error) {
 	return b, nil
 }
 
+// TimeIndexLookup returns the position in a segment's .log from which to
+// scan for the first batch whose max timestamp is >= ts, using the bytes of
+// that segment's .timeindex and .index files (as uploaded to object
+// storage). Indexes that do not decode give position 0: always correct,
+// only slower.
+func TimeIndexLookup(timeIndexFile, indexFile []byte, base, ts int64) int64 {
+	_, tix, err := decodeIndex(timeIndexFile, indexKindTime, base)
+	if err != nil {
+		return 0
+	}
+	_, oix, err := decodeIndex(indexFile, indexKindOffset, base)
+	if err != nil {
+		return 0
+	}
+	return (&segmentIndex{offsets: oix.offsets, times: tix.times}).lookupTime(base, ts)
+}
+
 // IndexLookup returns the position in a segment's .log from which to scan
 // for offset, using the bytes of that segment's .index file (as uploaded to
 // object storage). An index that does not decode gives position 0: always

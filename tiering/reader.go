@@ -393,7 +393,14 @@ func crc32cYielding(crc uint32, b []byte) uint32 {
 
 // index returns the remote .index object of a segment (nil if missing).
 func (t *Tier) index(ctx context.Context, pk PartitionKey, base int64) []byte {
-	key := pk.segmentKey(base, ".index")
+	return t.indexObject(ctx, pk, base, ".index")
+}
+
+// indexObject returns a segment's remote index object with extension ext
+// (.index or .timeindex) through the index cache; nil if missing or not
+// readable this time.
+func (t *Tier) indexObject(ctx context.Context, pk PartitionKey, base int64, ext string) []byte {
+	key := pk.segmentKey(base, ext)
 	t.mu.Lock()
 	b, ok := t.indexes.get(key)
 	t.mu.Unlock()
@@ -1151,7 +1158,9 @@ func (c *chunkCache) stats() (int64, int64) {
 // BatchForTimestamp returns the first batch in the bucket (at or after the
 // log start) whose max timestamp is >= ts, as stored bytes; nil if no
 // uploaded segment has one. The manifest's per-segment max timestamps pick
-// the segment; its batch headers are walked through the chunk cache.
+// the segment, its remote time index the position to start from (a
+// position that is not a batch start falls back to the segment's start),
+// and its batch headers are walked from there through the chunk cache.
 func (t *Tier) BatchForTimestamp(ctx context.Context, pk PartitionKey, ts int64) ([]byte, error) {
 	m, err := t.Manifest(ctx, pk)
 	if err != nil {
@@ -1163,15 +1172,22 @@ func (t *Tier) BatchForTimestamp(ctx context.Context, pk PartitionKey, ts int64)
 		}
 		o := segmentObject(pk, &seg)
 		key := o.key
-		for pos := int64(0); pos < seg.Size; {
+		pos := log.TimeIndexLookup(t.indexObject(ctx, pk, seg.Base, ".timeindex"), t.index(ctx, pk, seg.Base), seg.Base, ts)
+		suspect := pos > 0 // derived data: until a batch header parses there
+		for pos < seg.Size {
 			hdr, err := t.readAt(ctx, o, pos, log.BatchHeaderSize)
 			if err != nil {
 				return nil, err
 			}
 			h, err := log.ParseBatchHeader(hdr)
 			if err != nil || pos+int64(h.Length) > seg.Size {
+				if suspect {
+					pos, suspect = 0, false
+					continue
+				}
 				return nil, fmt.Errorf("tiering: %s at byte %d: bad batch header: %v", key, pos, err)
 			}
+			suspect = false
 			if h.MaxTimestamp >= ts && h.LastOffset() >= m.LogStartOffset {
 				b, err := t.readAt(ctx, o, pos, int64(h.Length))
 				if err != nil {

@@ -1025,3 +1025,58 @@ func TestDownloadSlotsBoundDownloads(t *testing.T) {
 		t.Fatalf("peak of %d downloads at once, want 2..%d", p, downloadSlots)
 	}
 }
+
+// TestBatchForTimestampUsesTheTimeIndex: a timestamp lookup in the bucket
+// starts from the segment's remote time index, so it downloads the chunk
+// holding the batch (and the one before it at most), not the segment up to
+// there; the answers are the same as a walk from the start, and a time
+// index that is not ours falls back to that walk.
+func TestBatchForTimestampUsesTheTimeIndex(t *testing.T) {
+	dir := t.TempDir()
+	// One sealed segment of about 10 chunks; batch i has timestamp i.
+	lp := bigPartition(t, dir, log.Config{SegmentBytes: 80 << 20, MaxMessageBytes: 4 << 20, RetentionMs: -1, IndexIntervalBytes: 4096}, 1<<20+333, 90<<20)
+	st := NewMemStore()
+	pk := PartitionKey{Topic: "t", Partition: 0}
+	ctx := context.Background()
+	if _, err := New(st, zaptest.NewLogger(t), 0).Upload(ctx, pk, lp); err != nil {
+		t.Fatal(err)
+	}
+	var gets atomic.Int64
+	st.SetFault(func(op, key string) error {
+		if op == "get" && strings.HasSuffix(key, ".log") {
+			gets.Add(1)
+		}
+		return nil
+	})
+	for _, ts := range []int64{0, 1, 40, 63, 70} {
+		tier := New(st, zaptest.NewLogger(t), 16*chunkSize) // cold cache each time
+		gets.Store(0)
+		b, err := tier.BatchForTimestamp(ctx, pk, ts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := log.ParseBatchHeader(b)
+		if err != nil || h.BaseOffset != ts || h.MaxTimestamp != ts {
+			t.Fatalf("ts %d: batch %d (max ts %d), %v", ts, h.BaseOffset, h.MaxTimestamp, err)
+		}
+		if n := gets.Load(); n > 2 {
+			t.Fatalf("ts %d: %d chunk GETs, want at most 2", ts, n)
+		}
+	}
+	// A time index that does not decode: the walk from the start.
+	m, _ := New(st, nil, 0).Manifest(ctx, pk)
+	key := pk.segmentKey(m.Segments[0].Base, ".timeindex")
+	if err := st.Put(ctx, key, bytes.NewReader([]byte("not an index")), 12); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(st, zaptest.NewLogger(t), 16*chunkSize).BatchForTimestamp(ctx, pk, 63)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := log.ParseBatchHeader(b); h.BaseOffset != 63 {
+		t.Fatalf("without a time index: batch %d, want 63", h.BaseOffset)
+	}
+	if b, err := New(st, nil, 16*chunkSize).BatchForTimestamp(ctx, pk, 1<<40); err != nil || b != nil {
+		t.Fatalf("past every timestamp: %d bytes, %v", len(b), err)
+	}
+}
