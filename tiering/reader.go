@@ -133,7 +133,18 @@ func (t *Tier) Read(ctx context.Context, pk PartitionKey, offset, maxBytes int64
 }
 
 func (t *Tier) read(ctx context.Context, pk PartitionKey, offset, maxBytes int64) (*ColdRead, error) {
-	m, err := t.Manifest(ctx, pk)
+	var m *Manifest
+	err := t.noWaitLoad(ctx, chunkID{pk.manifestKey(), -1}, func() bool {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return t.manifests[pk] != nil
+	}, func(ctx context.Context) error {
+		_, err := t.Manifest(ctx, pk)
+		return err
+	})
+	if err == nil {
+		m, err = t.Manifest(ctx, pk)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -270,7 +281,26 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 	key := o.key
 	pos := int64(0)
 	if offset > seg.Base {
-		pos = log.IndexLookup(t.index(ctx, pk, seg.Base), seg.Base, offset)
+		ikey := pk.segmentKey(seg.Base, ".index")
+		err := t.noWaitLoad(ctx, chunkID{ikey, -1}, func() bool {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			_, ok := t.indexes.get(ikey)
+			return ok
+		}, func(ctx context.Context) error {
+			if t.index(ctx, pk, seg.Base) == nil {
+				return errNoIndex
+			}
+			return nil
+		})
+		var nr *NotReadyError
+		switch {
+		case errors.As(err, &nr):
+			return false, err
+		case err == nil:
+			pos = log.IndexLookup(t.index(ctx, pk, seg.Base), seg.Base, offset)
+		}
+		// else its background load failed: scan from the segment's start.
 	}
 	// A position from the remote index (derived data: its checksum proves
 	// the file, not the positions its writer put in it) is suspect until
@@ -389,6 +419,47 @@ func crc32cYielding(crc uint32, b []byte) uint32 {
 		runtime.Gosched()
 	}
 	return crc32.Update(crc, castagnoli, b)
+}
+
+// errNoIndex is a background index load that got no index (missing, or
+// the bucket failed): the read goes on without it.
+var errNoIndex = errors.New("tiering: no remote index")
+
+// noWaitLoad makes sure what ready reports is there before a no-wait read
+// uses it: if it is not, load runs in the background (once per id, with
+// the in-flight chunk downloads) and a *NotReadyError says what to wait
+// on. The read after a background load failed gets its error once (then
+// the next one starts another load). Reads that may wait return at once:
+// they load synchronously where they use it.
+func (t *Tier) noWaitLoad(ctx context.Context, id chunkID, ready func() bool, load func(context.Context) error) error {
+	if ctx.Value(noWaitKey{}) == nil || ready() {
+		return nil
+	}
+	t.mu.Lock()
+	if err, failed := t.failed[id]; failed {
+		delete(t.failed, id)
+		t.mu.Unlock()
+		return err
+	}
+	f, busy := t.inflight[id]
+	if !busy {
+		f = newFlight(true)
+		t.inflight[id] = f
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			err := load(ctx)
+			cancel()
+			t.mu.Lock()
+			delete(t.inflight, id)
+			if err != nil && len(t.failed) < 1024 {
+				t.failed[id] = err
+			}
+			t.mu.Unlock()
+			close(f.done)
+		}()
+	}
+	t.mu.Unlock()
+	return &NotReadyError{Wait: f.done}
 }
 
 // index returns the remote .index object of a segment (nil if missing).

@@ -1080,3 +1080,54 @@ func TestBatchForTimestampUsesTheTimeIndex(t *testing.T) {
 		t.Fatalf("past every timestamp: %d bytes, %v", len(b), err)
 	}
 }
+
+// TestNoWaitReadNeverWaitsForTheBucket: a no-wait read whose manifest,
+// remote index or chunk is not cached returns at once with a channel to
+// wait on (the bucket answering slowly for all of them), and reads the
+// data once they are loaded.
+func TestNoWaitReadNeverWaitsForTheBucket(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	m := f.offload(60)
+	seg := m.Segments[len(m.Segments)/2]
+	var slow atomic.Bool
+	f.store.SetFault(func(op, key string) error {
+		if op == "get" && slow.Load() {
+			time.Sleep(300 * time.Millisecond)
+		}
+		return nil
+	})
+	slow.Store(true)
+	tier := New(f.store, zaptest.NewLogger(t), 1<<20) // nothing cached: not even the manifest
+	offset := seg.Base + 2                              // past the segment's first batch: its index is needed
+	waits := 0
+	for {
+		start := time.Now()
+		r, wait, err := tier.ReadNoWait(ctx, f.pk, offset, 1)
+		if took := time.Since(start); took > 100*time.Millisecond {
+			t.Fatalf("no-wait read %d took %v", waits, took)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wait == nil {
+			if r == nil || r.Len == 0 {
+				t.Fatal("nothing read")
+			}
+			h, _ := log.ParseBatchHeader(r.Bytes())
+			r.Release()
+			if h.BaseOffset != offset {
+				t.Fatalf("read batch %d, want %d", h.BaseOffset, offset)
+			}
+			break
+		}
+		waits++
+		if waits > 10 {
+			t.Fatal("never ready")
+		}
+		<-wait
+	}
+	if waits < 3 {
+		t.Fatalf("waited %d times, want 3 (manifest, index, chunk)", waits)
+	}
+}
