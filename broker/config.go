@@ -55,6 +55,11 @@ type Config struct {
 	// MaintenanceInterval is how often retention, segment.ms rolls and
 	// tiering run over every partition (default 10 s).
 	MaintenanceInterval time.Duration
+	// OrphanSweepInterval, with tiering, is how often objects no manifest
+	// names (an upload or retention pass cut short, a failed delete) are
+	// removed from the bucket, between two maintenance passes (default 1 h;
+	// also at every start).
+	OrphanSweepInterval time.Duration
 	// GroupInitialRebalanceDelay is group.initial.rebalance.delay.ms
 	// (default 3 s; negative: none).
 	GroupInitialRebalanceDelay time.Duration
@@ -95,6 +100,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaintenanceInterval <= 0 {
 		c.MaintenanceInterval = 10 * time.Second
+	}
+	if c.OrphanSweepInterval <= 0 {
+		c.OrphanSweepInterval = time.Hour
 	}
 	return nil
 }

@@ -282,8 +282,10 @@ func (s *Server) maintain() {
 	defer close(s.maintDone)
 	t := time.NewTicker(s.cfg.MaintenanceInterval)
 	defer t.Stop()
+	var swept time.Time
 	if s.cfg.Tier != nil {
 		s.cleanOrphans() // no upload runs yet: safe
+		swept = time.Now()
 	}
 	for {
 		select {
@@ -320,5 +322,9 @@ func (s *Server) maintain() {
 		}
 		wg.Wait()
 		s.checkDiskBudget() // what this pass uploaded can make room
+		if s.cfg.Tier != nil && time.Since(swept) >= s.cfg.OrphanSweepInterval {
+			s.cleanOrphans() // between passes: no upload is under way
+			swept = time.Now()
+		}
 	}
 }

@@ -754,3 +754,48 @@ func TestRemoteStorageEnableFollowsTheBroker(t *testing.T) {
 		}
 	}
 }
+
+// TestOrphansSweptWhileRunning: an object in a partition's directory that
+// no manifest names (an upload cut short, a failed delete) is removed by
+// the periodic sweep between maintenance passes, not only at start-up;
+// what the manifest names stays.
+func TestOrphansSweptWhileRunning(t *testing.T) {
+	store := tiering.NewMemStore()
+	ts := startServerConfig(t, Config{Tier: tiering.New(store, nil, 8<<20), MaintenanceInterval: 20 * time.Millisecond,
+		OrphanSweepInterval: 100 * time.Millisecond})
+	_, adm := client(t, ts.addr)
+	cl, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
+	ctx := ctxT(t)
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("5000")}, "swept"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "swept", Value: bytes.Repeat([]byte{byte(i)}, 900)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs []string
+	waitUntil(t, 10*time.Second, func() bool {
+		keys, _ := store.List(ctx, "")
+		logs = logs[:0]
+		for _, k := range keys {
+			if strings.HasSuffix(k, ".log") {
+				logs = append(logs, k)
+			}
+		}
+		return len(logs) >= 2
+	})
+	orphan := logs[0][:strings.LastIndexByte(logs[0], '/')+1] + "00000000000999999999.log"
+	if err := store.Put(ctx, orphan, bytes.NewReader([]byte("cut short")), 9); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, func() bool {
+		_, err := store.GetRange(ctx, orphan, 0, -1)
+		return errors.Is(err, tiering.ErrNotFound)
+	})
+	for _, k := range logs {
+		if _, err := store.GetRange(ctx, k, 0, 1); err != nil {
+			t.Fatalf("uploaded segment %s gone: %v", k, err)
+		}
+	}
+}
