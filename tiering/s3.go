@@ -20,6 +20,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -60,6 +61,12 @@ type S3Config struct {
 	// PartSize is the multipart threshold and part size (default 16 MiB,
 	// at least 5 MiB). Objects larger than it are uploaded in parts.
 	PartSize int64
+	// ResponseTimeout bounds the wait for a response's headers once a
+	// request is sent (default 30 s): a server that accepts and then hangs
+	// fails that attempt, which is retried, instead of holding the call
+	// until its context ends. Bodies are not bounded by it (large objects
+	// take what they take).
+	ResponseTimeout time.Duration
 }
 
 // ParseS3URL parses s3://bucket/prefix?endpoint=URL&region=R&path_style=true.
@@ -158,7 +165,15 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 	if awsCfg.Region == "" {
 		awsCfg.Region = "us-east-1"
 	}
+	respTimeout := c.ResponseTimeout
+	if respTimeout <= 0 {
+		respTimeout = 30 * time.Second
+	}
+	httpClient := awshttp.NewBuildableClient().
+		WithDialerOptions(func(d *net.Dialer) { d.Timeout = 10 * time.Second }).
+		WithTransportOptions(func(tr *http.Transport) { tr.ResponseHeaderTimeout = respTimeout })
 	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) {
+		o.HTTPClient = httpClient
 		// o.BaseEndpoint already holds what AWS_ENDPOINT_URL_S3 etc. say.
 		if c.Endpoint != "" {
 			o.BaseEndpoint = aws.String(c.Endpoint)

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -352,5 +353,51 @@ func TestS3ChecksumChecks(t *testing.T) {
 	dst := make([]byte, len(obj))
 	if err := st.GetRangeInto(ctx, "o", 0, dst, nil); err != nil || !bytes.Equal(dst, obj) {
 		t.Fatalf("chunk read: %v", err)
+	}
+}
+
+// TestS3HangingAndSlowDownAreRetried: a server answering 503 SlowDown (as
+// S3 does when throttling), and one that accepts a request and then hangs,
+// cost a retried attempt each (the hang bounded by ResponseTimeout), not
+// the call: the GET gets its bytes.
+func TestS3HangingAndSlowDownAreRetried(t *testing.T) {
+	obj := []byte("the object's bytes")
+	var calls atomic.Int32
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch calls.Add(1) {
+		case 1:
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>`)
+		case 2:
+			select { // hangs: no response headers
+			case <-release:
+			case <-r.Context().Done():
+			}
+		default:
+			w.Header().Set("Content-Length", fmt.Sprint(len(obj)))
+			w.Write(obj)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	st, err := NewS3(context.Background(), S3Config{Bucket: "b", Endpoint: srv.URL, AccessKey: "k", SecretKey: "s",
+		ResponseTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	got, err := Retrying(st, 5).GetRange(ctx, "o", 0, -1)
+	if err != nil || !bytes.Equal(got, obj) {
+		t.Fatalf("after %d requests: %q, %v", calls.Load(), got, err)
+	}
+	if n := calls.Load(); n != 3 {
+		t.Fatalf("%d requests, want 3 (SlowDown, hang, answer)", n)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("took %v", took)
 	}
 }

@@ -1099,7 +1099,7 @@ func TestNoWaitReadNeverWaitsForTheBucket(t *testing.T) {
 	})
 	slow.Store(true)
 	tier := New(f.store, zaptest.NewLogger(t), 1<<20) // nothing cached: not even the manifest
-	offset := seg.Base + 2                              // past the segment's first batch: its index is needed
+	offset := seg.Base + 2                            // past the segment's first batch: its index is needed
 	waits := 0
 	for {
 		start := time.Now()
