@@ -120,25 +120,36 @@ func produce(t *testing.T, cl *kgo.Client, from, n int) []*kgo.Record {
 	return rs
 }
 
-func consumeExact(t *testing.T, addr string, want []*kgo.Record) {
+// consumeExact reads topic "tiered" from the start until it has a record
+// for every key of want (failing after a minute), fails unless each is
+// byte-exact, and returns every record read (by key).
+func consumeExact(t *testing.T, addr string, want []*kgo.Record) map[string][]byte {
 	t.Helper()
 	cl := kclient(t, addr, kgo.ConsumeTopics("tiered"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	got := map[string][]byte{}
-	for len(got) < len(want) {
+	missing := map[string]bool{}
+	for _, r := range want {
+		missing[string(r.Key)] = true
+	}
+	for len(missing) > 0 {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			t.Fatalf("consumed %d of %d", len(got), len(want))
+			t.Fatalf("consumed %d records, %d of %d wanted missing", len(got), len(missing), len(want))
 		}
 		fs.EachError(func(_ string, _ int32, err error) { t.Fatalf("fetch: %v", err) })
-		fs.EachRecord(func(r *kgo.Record) { got[string(r.Key)] = r.Value })
+		fs.EachRecord(func(r *kgo.Record) {
+			got[string(r.Key)] = r.Value
+			delete(missing, string(r.Key))
+		})
 	}
 	for _, r := range want {
 		if !bytes.Equal(got[string(r.Key)], r.Value) {
 			t.Fatalf("record %s not read back byte-exact", r.Key)
 		}
 	}
+	return got
 }
 
 func TestS3OffloadOutageRestore(t *testing.T) {
