@@ -54,6 +54,7 @@ type Server struct {
 	shutting  atomic.Bool
 	serving   atomic.Bool
 	overDisk  atomic.Bool  // local segments above LocalDiskBudget (tiering)
+	budgetMu  sync.Mutex   // one checkDiskBudget at a time
 	pipelined atomic.Int64 // produce requests appended while an earlier one awaited fsync
 	maintDone chan struct{}
 	tierKick  chan struct{} // a segment was sealed: tier now, not at the next tick
@@ -280,6 +281,25 @@ const tierParallelism = 4
 
 func (s *Server) maintain() {
 	defer close(s.maintDone)
+	if s.cfg.LocalDiskBudget > 0 && s.cfg.Tier != nil {
+		// The budget is also watched on its own: a maintenance pass stuck
+		// on a bucket that is away can take minutes.
+		budgetDone := make(chan struct{})
+		defer func() { <-budgetDone }()
+		go func() {
+			defer close(budgetDone)
+			t := time.NewTicker(min(s.cfg.MaintenanceInterval, time.Second))
+			defer t.Stop()
+			for {
+				select {
+				case <-s.ctx.Done():
+					return
+				case <-t.C:
+					s.checkDiskBudget()
+				}
+			}
+		}()
+	}
 	t := time.NewTicker(s.cfg.MaintenanceInterval)
 	defer t.Stop()
 	var swept time.Time

@@ -63,12 +63,16 @@ func (s *Server) tierPartition(p *partition, now time.Time) {
 // local copies of uploaded segments go first, oldest first across all
 // partitions, whatever local.retention.* would keep; produce is refused
 // only while what is left still exceeds the budget (the bucket is away or
-// behind).
+// behind). The maintenance loop calls it around each pass, and a watcher
+// every second (a pass can be stuck on a bucket that is away); one at a
+// time.
 func (s *Server) checkDiskBudget() {
 	b := s.cfg.LocalDiskBudget
 	if b <= 0 || s.cfg.Tier == nil {
 		return
 	}
+	s.budgetMu.Lock()
+	defer s.budgetMu.Unlock()
 	var local int64
 	for _, tp := range s.reg.all() {
 		for _, p := range s.reg.partitionsOf(tp) {

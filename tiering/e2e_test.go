@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
@@ -35,13 +37,19 @@ func startBroker(t *testing.T, dir string, tier *tiering.Tier) *e2eBroker {
 }
 
 func startBrokerTB(t testing.TB, dir string, tier *tiering.Tier) *e2eBroker {
+	return startBrokerConfig(t, broker.Config{DataDir: dir, Tier: tier})
+}
+
+// startBrokerConfig starts a broker with cfg (auto-creating topics,
+// maintenance every 100 ms).
+func startBrokerConfig(t testing.TB, cfg broker.Config) *e2eBroker {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := broker.New(broker.Config{DataDir: dir, AutoCreateTopics: true, Tier: tier,
-		MaintenanceInterval: 100 * time.Millisecond, Logger: zap.NewNop()})
+	cfg.AutoCreateTopics, cfg.MaintenanceInterval, cfg.Logger = true, 100*time.Millisecond, zap.NewNop()
+	s, err := broker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,9 +162,11 @@ func consumeExact(t *testing.T, addr string, want []*kgo.Record) map[string][]by
 
 func TestS3OffloadOutageRestore(t *testing.T) {
 	vgw := tiering.RunVersitygw(t)
-	store := vgw.Store(vgw.Bucket(), "cluster-a")
+	// As `synapse serve` wraps the store: retries with backoff.
+	store := tiering.Retrying(vgw.Store(vgw.Bucket(), "cluster-a"), 5)
 	dir := t.TempDir()
-	b := startBroker(t, dir, tiering.New(store, nil, 4<<20))
+	const budget = 400_000 // local segment bytes: the outage below fills it
+	b := startBrokerConfig(t, broker.Config{DataDir: dir, Tier: tiering.New(store, nil, 4<<20), LocalDiskBudget: budget})
 	cl := kclient(t, b.addr)
 	adm := kadm.NewClient(cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -190,17 +200,45 @@ func TestS3OffloadOutageRestore(t *testing.T) {
 		t.Fatalf("second cold pass downloaded again: %+v then %+v", before.Stats, after.Stats)
 	}
 
-	// Outage: the bucket goes away; produce keeps working; uploads catch up.
+	// Outage: the bucket goes away; produce keeps working up to the local
+	// disk budget, then is refused with a retriable error; when the bucket
+	// is back, uploads catch up and produce is accepted again.
 	vgw.Stop()
-	sent = append(sent, produce(t, cl, 400, 200)...)
-	time.Sleep(500 * time.Millisecond) // a few failed upload passes
+	pr := kclient(t, b.addr, kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.RecordRetries(1))
+	refused := false
+	for i := 400; i < 2000 && !refused; i++ {
+		v := make([]byte, 700)
+		rand.Read(v)
+		r := &kgo.Record{Topic: "tiered", Key: []byte(fmt.Sprint(i)), Value: v}
+		switch err := pr.ProduceSync(ctx, r).FirstErr(); {
+		case err == nil:
+			sent = append(sent, r)
+		case errors.Is(err, kerr.KafkaStorageError):
+			refused = true
+		default:
+			t.Fatalf("produce during the outage: %v", err)
+		}
+	}
+	if !refused {
+		t.Fatal("produce never refused at the local disk budget while the bucket was away")
+	}
+	t.Logf("outage: %d records accepted, then refused at the local disk budget", len(sent)-400)
 	if st, _ := b.srv.TierStatus(ctx); st.LagSegments == 0 || st.Errors == 0 {
 		t.Fatalf("no upload lag or errors during the outage: %+v", st)
 	}
 	vgw.Start()
-	waitFor(t, "uploads to catch up after the outage", 30*time.Second, func() bool {
+	waitFor(t, "uploads to catch up after the outage", 60*time.Second, func() bool {
 		st, _ := b.srv.TierStatus(ctx)
 		return st.LagSegments == 0
+	})
+	pr2 := kclient(t, b.addr, kgo.RecordRetries(1)) // the first may be backing off
+	waitFor(t, "produce accepted again", 30*time.Second, func() bool {
+		r := &kgo.Record{Topic: "tiered", Key: []byte("after-outage"), Value: []byte("x")}
+		if pr2.ProduceSync(ctx, r).FirstErr() != nil {
+			return false
+		}
+		sent = append(sent, r)
+		return true
 	})
 	consumeExact(t, b.addr, sent)
 
@@ -210,7 +248,7 @@ func TestS3OffloadOutageRestore(t *testing.T) {
 	b2 := startBroker(t, t.TempDir(), tiering.New(store, nil, 4<<20))
 	consumeExact(t, b2.addr, sent)
 	cl2 := kclient(t, b2.addr)
-	more := produce(t, cl2, 600, 20)
+	more := produce(t, cl2, 5000, 20) // keys past the outage loop's
 	consumeExact(t, b2.addr, append(sent, more...))
 }
 
