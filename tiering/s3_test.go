@@ -263,6 +263,19 @@ func TestS3Multipart(t *testing.T) {
 			t.Fatalf("%d bytes: read back %d bytes, %v", tc.size, len(got), err)
 		}
 	}
+	// A conditional create in parts: the first one lands, a second one
+	// finds the object there and changes nothing.
+	big := randBytes(7, MinS3PartSize+1)
+	if err := s.PutIfAbsent(ctx, "once", onlyReader{bytes.NewReader(big)}, int64(len(big))); err != nil {
+		t.Fatalf("multipart PutIfAbsent: %v", err)
+	}
+	other := randBytes(8, MinS3PartSize+1)
+	if err := s.PutIfAbsent(ctx, "once", onlyReader{bytes.NewReader(other)}, int64(len(other))); !errors.Is(err, ErrExists) {
+		t.Fatalf("second multipart PutIfAbsent: %v, want ErrExists", err)
+	}
+	if got, err := s.GetRange(ctx, "once", 0, -1); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("after a refused PutIfAbsent: %d bytes, %v", len(got), err)
+	}
 	// A failed multipart Put leaves no upload behind.
 	err := s.Put(ctx, "short", onlyReader{bytes.NewReader(make([]byte, MinS3PartSize+10))}, 2*MinS3PartSize)
 	if err == nil {
