@@ -83,7 +83,7 @@ func (s *Server) handleCreateTopics(req *kmsg.CreateTopicsRequest) (kmsg.Respons
 		}
 		st.TopicID = t.id
 		st.NumPartitions, st.ReplicationFactor = n, 1
-		st.Configs = createTopicsConfigs(t.configs, s.cfg.Tier != nil)
+		st.Configs = s.createTopicsConfigs(t.configs)
 		resp.Topics = append(resp.Topics, st)
 	}
 	return resp, nil
@@ -98,16 +98,13 @@ func (s *Server) assignmentIsSelf(as []kmsg.CreateTopicsRequestTopicReplicaAssig
 	return true
 }
 
-func createTopicsConfigs(set map[string]string, tiered bool) []kmsg.CreateTopicsResponseTopicConfig {
+func (s *Server) createTopicsConfigs(set map[string]string) []kmsg.CreateTopicsResponseTopicConfig {
 	var out []kmsg.CreateTopicsResponseTopicConfig
 	for _, name := range sortedConfigNames() {
-		v, isSet := shownValue(set, name, tiered)
+		v, src := s.topicConfig(set, name)
 		c := kmsg.NewCreateTopicsResponseTopicConfig()
 		c.Name, c.Value = name, kmsg.StringPtr(v)
-		c.Source = int8(kmsg.ConfigSourceDefaultConfig)
-		if isSet {
-			c.Source = int8(kmsg.ConfigSourceDynamicTopicConfig)
-		}
+		c.Source = int8(src)
 		out = append(out, c)
 	}
 	return out

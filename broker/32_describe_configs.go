@@ -40,26 +40,30 @@ func (s *Server) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest) (kmsg.R
 				if rr.ConfigNames != nil && !want[d.name] {
 					continue
 				}
-				v, isSet := shownValue(set, d.name, s.cfg.Tier != nil)
+				v, src := s.topicConfig(set, d.name)
+				def, _ := s.topicConfig(nil, d.name) // what the topic gets unless it sets one
 				c := kmsg.NewDescribeConfigsResponseResourceConfig()
 				c.Name, c.Value = d.name, kmsg.StringPtr(v)
-				c.Source = kmsg.ConfigSourceDefaultConfig
-				if isSet {
-					c.Source = kmsg.ConfigSourceDynamicTopicConfig
-				}
-				c.IsDefault = !isSet
+				c.Source = src
+				c.IsDefault = src == kmsg.ConfigSourceDefaultConfig
 				c.ConfigType = kmsg.ConfigType(d.typ)
 				if req.IncludeDocumentation {
 					c.Documentation = kmsg.StringPtr(d.doc)
 				}
 				if req.IncludeSynonyms {
-					if isSet {
+					if src == kmsg.ConfigSourceDynamicTopicConfig {
 						syn := kmsg.NewDescribeConfigsResponseResourceConfigConfigSynonym()
 						syn.Name, syn.Value, syn.Source = d.name, kmsg.StringPtr(v), kmsg.ConfigSourceDynamicTopicConfig
 						c.ConfigSynonyms = append(c.ConfigSynonyms, syn)
 					}
+					if _, bsrc := s.topicConfig(nil, d.name); bsrc == kmsg.ConfigSourceStaticBrokerConfig {
+						syn := kmsg.NewDescribeConfigsResponseResourceConfigConfigSynonym()
+						syn.Name, syn.Value, syn.Source = "log."+d.name, kmsg.StringPtr(def), kmsg.ConfigSourceStaticBrokerConfig
+						c.ConfigSynonyms = append(c.ConfigSynonyms, syn)
+						def = d.def
+					}
 					syn := kmsg.NewDescribeConfigsResponseResourceConfigConfigSynonym()
-					syn.Name, syn.Value, syn.Source = d.name, kmsg.StringPtr(d.def), kmsg.ConfigSourceDefaultConfig
+					syn.Name, syn.Value, syn.Source = d.name, kmsg.StringPtr(def), kmsg.ConfigSourceDefaultConfig
 					c.ConfigSynonyms = append(c.ConfigSynonyms, syn)
 				}
 				sr.Configs = append(sr.Configs, c)
@@ -98,5 +102,8 @@ func (s *Server) brokerConfigs() [][2]string {
 		{"connections.max.idle.ms", strconv.FormatInt(s.cfg.IdleTimeout.Milliseconds(), 10)},
 		{"default.replication.factor", "1"},
 		{"min.insync.replicas", "1"},
+		{"remote.log.storage.system.enable", strconv.FormatBool(s.cfg.Tier != nil)},
+		{"log.local.retention.bytes", strconv.FormatInt(s.cfg.LocalRetention.Bytes, 10)},
+		{"log.local.retention.ms", strconv.FormatInt(s.cfg.LocalRetention.Ms, 10)},
 	}
 }

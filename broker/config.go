@@ -55,6 +55,11 @@ type Config struct {
 	// MaintenanceInterval is how often retention, segment.ms rolls and
 	// tiering run over every partition (default 10 s).
 	MaintenanceInterval time.Duration
+	// LocalRetention holds the broker defaults of the topic configs
+	// local.retention.bytes and local.retention.ms (Kafka's
+	// log.local.retention.*); nil means -2 for both, "as retention.*". A
+	// topic's own setting wins.
+	LocalRetention *LocalRetention
 	// OrphanSweepInterval, with tiering, is how often objects no manifest
 	// names (an upload or retention pass cut short, a failed delete) are
 	// removed from the bucket, between two maintenance passes (default 1 h;
@@ -101,6 +106,12 @@ func (c *Config) setDefaults() error {
 	if c.MaintenanceInterval <= 0 {
 		c.MaintenanceInterval = 10 * time.Second
 	}
+	if c.LocalRetention == nil {
+		c.LocalRetention = &LocalRetention{Bytes: -2, Ms: -2}
+	}
+	if c.LocalRetention.Bytes < -2 || c.LocalRetention.Ms < -2 {
+		return fmt.Errorf("broker: local retention defaults %d bytes / %d ms: -2 (as retention.*), -1 (no bound) or >= 0", c.LocalRetention.Bytes, c.LocalRetention.Ms)
+	}
 	if c.OrphanSweepInterval <= 0 {
 		c.OrphanSweepInterval = time.Hour
 	}
@@ -119,3 +130,7 @@ func hostPort(addr string) (string, int32, error) {
 	}
 	return h, int32(port), nil
 }
+
+// LocalRetention is the broker default of local.retention.bytes and
+// local.retention.ms: -2 "as retention.*", -1 no bound, else the bound.
+type LocalRetention struct{ Bytes, Ms int64 }

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/synapsebroker/synapse/log"
 )
 
@@ -153,14 +155,34 @@ func configValue(set map[string]string, name string) (string, bool) {
 	return configByName[name].def, false
 }
 
-// shownValue is configValue as DescribeConfigs and CreateTopics report it
-// on a broker with (tiered) or without a tiered store.
-func shownValue(set map[string]string, name string, tiered bool) (string, bool) {
-	v, isSet := configValue(set, name)
-	if name == remoteStorageEnable && !isSet {
-		v = strconv.FormatBool(tiered)
+// topicConfig is a topic's effective value of config name on this broker
+// and where it comes from: the topic (DYNAMIC_TOPIC_CONFIG), a broker flag
+// (STATIC_BROKER_CONFIG: local.retention.*) or the default.
+// remote.storage.enable follows the broker (a tiered store or not).
+func (s *Server) topicConfig(set map[string]string, name string) (string, kmsg.ConfigSource) {
+	if v, ok := set[name]; ok {
+		return v, kmsg.ConfigSourceDynamicTopicConfig
 	}
-	return v, isSet
+	switch name {
+	case remoteStorageEnable:
+		return strconv.FormatBool(s.cfg.Tier != nil), kmsg.ConfigSourceDefaultConfig
+	case "local.retention.bytes", "local.retention.ms":
+		n := s.cfg.LocalRetention.Bytes
+		if name == "local.retention.ms" {
+			n = s.cfg.LocalRetention.Ms
+		}
+		if v := strconv.FormatInt(n, 10); v != configByName[name].def {
+			return v, kmsg.ConfigSourceStaticBrokerConfig
+		}
+	}
+	return configByName[name].def, kmsg.ConfigSourceDefaultConfig
+}
+
+// topicConfigInt is topicConfig as a number.
+func (s *Server) topicConfigInt(set map[string]string, name string) int64 {
+	v, _ := s.topicConfig(set, name)
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return n
 }
 
 func configInt(set map[string]string, name string) int64 {

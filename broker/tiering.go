@@ -49,8 +49,8 @@ func (s *Server) tierPartition(p *partition, now time.Time) {
 		s.mirrorProducers(ctx, p)
 	}
 	set := s.reg.configsOf(p.topic)
-	keepBytes := localRetention(set, "local.retention.bytes", "retention.bytes")
-	keepMs := localRetention(set, "local.retention.ms", "retention.ms")
+	keepBytes := s.localRetention(set, "local.retention.bytes", "retention.bytes")
+	keepMs := s.localRetention(set, "local.retention.ms", "retention.ms")
 	if _, err := t.ReleaseLocal(ctx, pk, p.log, keepBytes, keepMs, now); err != nil {
 		l.Warn("release local segments", zap.Error(err))
 	}
@@ -138,10 +138,10 @@ func (s *Server) releaseOverBudget(excess int64) int64 {
 	return freed
 }
 
-// localRetention reads local.retention.*; -2 means "as retention.*", as in
-// Kafka (KIP-405).
-func localRetention(set map[string]string, local, whole string) int64 {
-	v := configInt(set, local)
+// localRetention reads local.retention.* (the topic's, else the broker
+// default); -2 means "as retention.*", as in Kafka (KIP-405).
+func (s *Server) localRetention(set map[string]string, local, whole string) int64 {
+	v := s.topicConfigInt(set, local)
 	if v == -2 {
 		return configInt(set, whole)
 	}

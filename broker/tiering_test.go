@@ -799,3 +799,54 @@ func TestOrphansSweptWhileRunning(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalRetentionBrokerDefault: the broker default of local.retention.*
+// (--local-retention-bytes) applies to topics that do not set their own:
+// with 0, uploaded segments leave the local disk at once; a topic setting
+// -1 keeps them. DescribeConfigs shows the default as a static broker
+// config, with its log.local.retention.bytes synonym.
+func TestLocalRetentionBrokerDefault(t *testing.T) {
+	store := tiering.NewMemStore()
+	ts := startServerConfig(t, Config{Tier: tiering.New(store, nil, 8<<20), MaintenanceInterval: 20 * time.Millisecond,
+		LocalRetention: &LocalRetention{Bytes: 0, Ms: -2}})
+	_, adm := client(t, ts.addr)
+	cl, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
+	ctx := ctxT(t)
+	seg := map[string]*string{"segment.bytes": kstr("5000")}
+	if _, err := adm.CreateTopic(ctx, 1, 1, seg, "bydefault"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("5000"), "local.retention.bytes": kstr("-1")}, "keeps"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		for _, topic := range []string{"bydefault", "keeps"} {
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: bytes.Repeat([]byte{byte(i)}, 900)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pDef := ts.reg.partition(ts.reg.get("bydefault"), 0)
+	pKeep := ts.reg.partition(ts.reg.get("keeps"), 0)
+	waitUntil(t, 10*time.Second, func() bool { return pDef.log.LocalStartOffset() > 0 && len(pDef.log.SealedSegments()) == 0 })
+	if st, _ := ts.TierStatus(ctx); st.LagSegments != 0 {
+		t.Fatalf("upload lag %d segments", st.LagSegments)
+	}
+	if pKeep.log.LocalStartOffset() != 0 {
+		t.Fatalf("the topic with local.retention.bytes=-1 released local data (local start %d)", pKeep.log.LocalStartOffset())
+	}
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	req.IncludeSynonyms = true
+	rr := kmsg.NewDescribeConfigsRequestResource()
+	rr.ResourceType, rr.ResourceName, rr.ConfigNames = kmsg.ConfigResourceTypeTopic, "bydefault", []string{"local.retention.bytes"}
+	req.Resources = append(req.Resources, rr)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := resp.Resources[0].Configs[0]
+	if c.Value == nil || *c.Value != "0" || c.Source != kmsg.ConfigSourceStaticBrokerConfig || c.IsDefault ||
+		len(c.ConfigSynonyms) == 0 || c.ConfigSynonyms[0].Name != "log.local.retention.bytes" {
+		t.Fatalf("local.retention.bytes described as %+v", c)
+	}
+}

@@ -49,6 +49,8 @@ type serveOptions struct {
 	tierTailGuard     bool
 	maintenance       time.Duration
 	diskBudget        int64
+	localRetBytes     int64
+	localRetMs        int64
 	groupDelay        time.Duration
 	groupMinSession   time.Duration
 	groupMaxSession   time.Duration
@@ -78,6 +80,10 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.tierDiskCache, "tier-disk-cache-bytes", 1<<30, "local-disk budget of the cold-read chunk cache (<data-dir>/tier-cache, emptied at start); 0 disables it")
 	fs.Int64Var(&o.diskBudget, "local-disk-budget", 0,
 		"with tiering: cap on the bytes of local segments; past it local copies of uploaded segments go first (oldest first, whatever local.retention.* keeps), and produce is refused (retriable) only while uploads are behind; 0 = no cap")
+	fs.Int64Var(&o.localRetBytes, "local-retention-bytes", -2,
+		"with tiering: default of the topic config local.retention.bytes, the newest bytes of each partition kept on local disk once uploaded (Kafka's log.local.retention.bytes); -2 = as retention.bytes, -1 = no bound")
+	fs.Int64Var(&o.localRetMs, "local-retention-ms", -2,
+		"with tiering: default of the topic config local.retention.ms, how long uploaded data stays on local disk too (Kafka's log.local.retention.ms); -2 = as retention.ms, -1 = no bound")
 	fs.DurationVar(&o.maintenance, "maintenance-interval", 10*time.Second,
 		"how often retention, segment.ms rolls and tiering uploads run (Kafka's log.retention.check.interval.ms)")
 	fs.DurationVar(&o.groupDelay, "group-initial-rebalance-delay", 3*time.Second,
@@ -207,6 +213,7 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 		Tier:                tier,
 		MaintenanceInterval: o.maintenance,
 		LocalDiskBudget:     o.diskBudget,
+		LocalRetention:      &broker.LocalRetention{Bytes: o.localRetBytes, Ms: o.localRetMs},
 		DataDir:             dataDir,
 		AdvertisedAddr:      advertised,
 		AutoCreateTopics:    o.autoCreateTopics,
