@@ -367,3 +367,36 @@ func TestLeftoverSegmentsBelowLogStart(t *testing.T) {
 		}
 	}
 }
+
+// TestSealedSegmentsSurviveACrash: a segment SealedSegments reports (which
+// tiering may upload and commit to a manifest at once) is still sealed
+// after a power loss right after the roll, with nothing synced since: the
+// new active segment's directory entry is durable with the roll. If it
+// were not, the sealed segment would come back as the active one and grow
+// past what the bucket holds of it.
+func TestSealedSegmentsSurviveACrash(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	mfs, fsys := newMemFS(t)
+	s := openStore(t, fsys, time.Hour) // no sync round unless one is waited for
+	p := mustOpen(t, s, "/data/t-0", Config{SegmentBytes: 4000})
+	for i := 0; i < 200 && len(p.SealedSegments()) == 0; i++ {
+		if _, err := p.Append(randBatch(rng, 0, 300)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sealed := p.SealedSegments()
+	if len(sealed) == 0 {
+		t.Fatal("no roll")
+	}
+	clone := memFS{mfs.CrashClone(memfs.CrashConfig{UnsyncedMode: memfs.DropUnsynced})}
+	p2 := mustOpen(t, openStore(t, clone, 0), "/data/t-0", Config{SegmentBytes: 4000})
+	after := p2.SealedSegments()
+	if len(after) < len(sealed) {
+		t.Fatalf("after a crash right after the roll: %d sealed segments, %d before", len(after), len(sealed))
+	}
+	for i, sg := range sealed {
+		if after[i].Base != sg.Base || after[i].Next != sg.Next || after[i].Size != sg.Size {
+			t.Fatalf("sealed segment %d: %+v before the crash, %+v after", i, sg, after[i])
+		}
+	}
+}

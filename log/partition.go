@@ -337,7 +337,12 @@ func (p *Partition) sync(final bool) {
 
 // rollLocked seals the active segment and starts a new one at the log end.
 // The old segment is fsync'd first, so every segment but the last is always
-// wholly durable: recovery only ever has to scan the last one.
+// wholly durable: recovery only ever has to scan the last one. The new
+// segment's directory entry is made durable before the roll returns (one
+// SyncDir covering it, the old segment's and the index files'): a segment
+// reported sealed (SealedSegments: tiering uploads it and commits it to a
+// manifest) must still be sealed after a power loss, not come back as the
+// active segment and grow past what the bucket holds of it.
 func (p *Partition) rollLocked() error {
 	old := p.active
 	if p.activeH != nil {
@@ -345,13 +350,6 @@ func (p *Partition) rollLocked() error {
 			return p.failLocked("fsync", err)
 		}
 	}
-	if p.needDirSync {
-		if err := p.store.fs.SyncDir(p.dir); err != nil {
-			return p.failLocked("fsync dir", err)
-		}
-		p.needDirSync = false
-	}
-	p.setHWLocked(mark{off: old.next.Load(), seg: old, pos: old.size.Load()})
 	// Index files are derived data, validated on open and rebuilt if torn;
 	// they are fsync'd here (their directory entries with the new segment's)
 	// so that opening after a crash does not have to rebuild them.
@@ -365,12 +363,16 @@ func (p *Partition) rollLocked() error {
 		return p.failLocked("create segment", err)
 	}
 	f.Close()
+	if err := p.store.fs.SyncDir(p.dir); err != nil {
+		return p.failLocked("fsync dir", err)
+	}
+	p.needDirSync = false
+	p.setHWLocked(mark{off: old.next.Load(), seg: old, pos: old.size.Load()})
 	old.sealed.Store(true)
 	if p.activeH != nil {
 		p.store.cache.release(p.activeH)
 		p.activeH = nil
 	}
-	p.needDirSync = true
 	segs := append(append([]*segment(nil), *p.segs.Load()...), seg)
 	p.segs.Store(&segs)
 	p.active = seg
