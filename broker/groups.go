@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -124,7 +123,7 @@ func (s *Server) mirrorGroups(ctx context.Context) {
 	b, n := s.groups.Snapshot()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := s.cfg.Tier.Store().Put(ctx, groupsKey, bytes.NewReader(b), int64(len(b))); err != nil {
+	if err := s.cfg.Tier.PutMeta(ctx, groupsKey, b); err != nil {
 		s.logger.Warn("mirror groups to the tiered store", zap.Error(err))
 		return
 	}

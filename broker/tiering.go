@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -197,7 +196,7 @@ func (s *Server) mirrorTopics(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := s.cfg.Tier.Store().Put(ctx, metaKey, bytes.NewReader(b), int64(len(b))); err != nil {
+	if err := s.cfg.Tier.PutMeta(ctx, metaKey, b); err != nil {
 		s.logger.Warn("mirror topics to the tiered store", zap.Error(err))
 		return
 	}
@@ -354,7 +353,7 @@ func (s *Server) mirrorProducers(ctx context.Context, p *partition) {
 	if b == nil {
 		return
 	}
-	if err := s.cfg.Tier.Store().Put(ctx, producersKey(p.tierKey()), bytes.NewReader(b), int64(len(b))); err != nil {
+	if err := s.cfg.Tier.PutMeta(ctx, producersKey(p.tierKey()), b); err != nil {
 		s.logger.Warn("mirror producer state", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
 	}
 }

@@ -651,6 +651,8 @@ func TestTopicsMirrorNeverStallsRequests(t *testing.T) {
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("two CreateTopics and produces took %v behind a hanging bucket", took)
 	}
+	// The failed copy counts as a store error (once the hanging Put gives up).
+	waitUntil(t, 10*time.Second, func() bool { st, _ := ts.TierStatus(ctx); return st.Errors > 0 })
 	hang.Store(false)
 	waitUntil(t, 20*time.Second, func() bool {
 		b, err := store.GetRange(ctx, metaKey, 0, -1)

@@ -124,6 +124,17 @@ func (t *Tier) Stats() Stats {
 	return st
 }
 
+// PutMeta writes a small metadata object (the broker's mirrors of topics,
+// groups and producer state) to the store, counting a failure among the
+// store errors the metrics show.
+func (t *Tier) PutMeta(ctx context.Context, key string, b []byte) error {
+	err := t.store.Put(ctx, key, bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		t.errs.Add(1)
+	}
+	return err
+}
+
 // Manifest returns the partition's manifest (empty if none was written).
 func (t *Tier) Manifest(ctx context.Context, pk PartitionKey) (*Manifest, error) {
 	t.mu.Lock()
