@@ -1131,3 +1131,56 @@ func TestNoWaitReadNeverWaitsForTheBucket(t *testing.T) {
 		t.Fatalf("waited %d times, want 3 (manifest, index, chunk)", waits)
 	}
 }
+
+// TestRetentionMsAndDeleteRecordsAcrossTiers: retention.ms drops the
+// uploaded segments whose newest batch is older than it (manifest first,
+// then the log start, then the objects), and DeleteRecords to an offset
+// that only the bucket holds moves the log start there and drops the
+// segments wholly below it; reads from the new start are byte-exact.
+func TestRetentionMsAndDeleteRecordsAcrossTiers(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	now := time.Now()
+	f.produce(30, now.Add(-48*time.Hour).UnixMilli()) // old
+	f.produce(60, now.Add(-time.Minute).UnixMilli())  // recent
+	if _, err := f.tier.Upload(ctx, f.pk, f.lp); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.tier.ReleaseLocal(ctx, f.pk, f.lp, 0, -1, now); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := f.tier.Manifest(ctx, f.pk)
+	if err := f.tier.ApplyRetention(ctx, f.pk, f.lp, -1, (24 * time.Hour).Milliseconds(), now); err != nil {
+		t.Fatal(err)
+	}
+	m2, _ := f.tier.Manifest(ctx, f.pk)
+	if m2.LogStartOffset == 0 || m2.LogStartOffset > 30 || f.lp.LogStartOffset() != m2.LogStartOffset {
+		t.Fatalf("retention.ms: log start %d (local %d), want the start of the first segment with a recent batch", m2.LogStartOffset, f.lp.LogStartOffset())
+	}
+	for _, s := range m.Segments {
+		_, err := f.store.GetRange(ctx, f.pk.segmentKey(s.Base, ".log"), 0, 1)
+		if gone := errors.Is(err, ErrNotFound); gone != (s.Next <= m2.LogStartOffset) {
+			t.Fatalf("segment [%d,%d) with log start %d: object gone %v", s.Base, s.Next, m2.LogStartOffset, gone)
+		}
+	}
+	f.readAll(m2.LogStartOffset)
+
+	// DeleteRecords to an offset inside a segment only the bucket has.
+	if f.lp.LocalStartOffset() <= 45 {
+		t.Fatalf("offset 45 is local (local start %d)", f.lp.LocalStartOffset())
+	}
+	if _, err := f.lp.DeleteRecordsBefore(45); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.tier.ApplyRetention(ctx, f.pk, f.lp, -1, -1, now); err != nil {
+		t.Fatal(err)
+	}
+	m3, _ := f.tier.Manifest(ctx, f.pk)
+	if m3.LogStartOffset != 45 || len(m3.Segments) == 0 || m3.Segments[0].Base > 45 || m3.Segments[0].Next <= 45 {
+		t.Fatalf("after DeleteRecords(45): %+v", m3)
+	}
+	if _, _, err := f.tier.Read(ctx, f.pk, 10, 1000); err != nil {
+		t.Fatalf("read below the new log start: %v", err) // clamped to the log start, as the broker answers
+	}
+	f.readAll(45)
+}
