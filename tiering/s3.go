@@ -169,7 +169,13 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 	if respTimeout <= 0 {
 		respTimeout = 30 * time.Second
 	}
-	httpClient := awshttp.NewBuildableClient().
+	// On top of the client the default config built (it carries a custom
+	// CA bundle, AWS_CA_BUNDLE or a profile's ca_bundle, if any).
+	base, ok := awsCfg.HTTPClient.(*awshttp.BuildableClient)
+	if !ok || base == nil {
+		base = awshttp.NewBuildableClient()
+	}
+	httpClient := base.
 		WithDialerOptions(func(d *net.Dialer) { d.Timeout = 10 * time.Second }).
 		WithTransportOptions(func(tr *http.Transport) { tr.ResponseHeaderTimeout = respTimeout })
 	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) {
