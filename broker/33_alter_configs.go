@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"maps"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -81,9 +82,16 @@ func (s *Server) applyConfigs(rtype kmsg.ConfigResourceType, name string, change
 	if t == nil {
 		return kerr.UnknownTopicOrPartition.Code, kmsg.StringPtr("unknown topic " + name)
 	}
-	next, err := change(s.reg.configsOf(t))
+	cur := s.reg.configsOf(t)
+	next, err := change(maps.Clone(cur)) // change may edit the map it is given
 	if err == nil {
-		err = validateConfigs(next, s.cfg.Tier != nil)
+		check := next
+		if v, ok := next[remoteStorageEnable]; ok && cur[remoteStorageEnable] == v {
+			// Stored before the broker checked it: not this request's doing.
+			check = maps.Clone(next)
+			delete(check, remoteStorageEnable)
+		}
+		err = validateConfigs(check, s.cfg.Tier != nil)
 	}
 	if err != nil {
 		return kerr.InvalidConfig.Code, kmsg.StringPtr(err.Error())

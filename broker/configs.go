@@ -160,11 +160,11 @@ func configValue(set map[string]string, name string) (string, bool) {
 // (STATIC_BROKER_CONFIG: local.retention.*) or the default.
 // remote.storage.enable follows the broker (a tiered store or not).
 func (s *Server) topicConfig(set map[string]string, name string) (string, kmsg.ConfigSource) {
-	if v, ok := set[name]; ok {
+	if v, ok := set[name]; ok && (name != remoteStorageEnable || v == strconv.FormatBool(s.cfg.Tier != nil)) {
 		return v, kmsg.ConfigSourceDynamicTopicConfig
 	}
 	switch name {
-	case remoteStorageEnable:
+	case remoteStorageEnable: // a stored value saying otherwise predates the check
 		return strconv.FormatBool(s.cfg.Tier != nil), kmsg.ConfigSourceDefaultConfig
 	case "local.retention.bytes", "local.retention.ms":
 		n := s.cfg.LocalRetention.Bytes

@@ -754,6 +754,29 @@ func TestRemoteStorageEnableFollowsTheBroker(t *testing.T) {
 		if !errors.Is(err, kerr.InvalidConfig) {
 			t.Fatalf("tiered %v: alter remote.storage.enable=%s: %v", tiered, other, err)
 		}
+		// A topic stored with the contradicting value before the broker
+		// checked it: its other configs can still be altered, and the
+		// broker's truth is what DescribeConfigs shows.
+		if err := ts.reg.setConfigs(ts.reg.get("t"), map[string]string{"remote.storage.enable": other}); err != nil {
+			t.Fatal(err)
+		}
+		ar, err = adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "retention.ms", Value: kstr("1000000")}}, "t")
+		if err == nil {
+			err = ar[0].Err
+		}
+		if err != nil {
+			t.Fatalf("tiered %v: alter retention.ms of a topic stored with remote.storage.enable=%s: %v", tiered, other, err)
+		}
+		rcs, err = adm.DescribeTopicConfigs(ctx, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, _ = rcs.On("t", nil)
+		for _, c := range rc.Configs {
+			if c.Key == "remote.storage.enable" && c.MaybeValue() != want {
+				t.Fatalf("tiered %v: stored %s described as %q", tiered, other, c.MaybeValue())
+			}
+		}
 	}
 }
 
