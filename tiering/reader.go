@@ -288,8 +288,12 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 			_, ok := t.indexes.get(ikey)
 			return ok
 		}, func(ctx context.Context) error {
-			if t.index(ctx, pk, seg.Base) == nil {
-				return errNoIndex
+			t.index(ctx, pk, seg.Base)
+			t.mu.Lock()
+			_, cached := t.indexes.get(ikey) // a missing index is cached too (as nil)
+			t.mu.Unlock()
+			if !cached {
+				return errNoIndex // the bucket failed: the next read goes without it, once
 			}
 			return nil
 		})
@@ -421,8 +425,8 @@ func crc32cYielding(crc uint32, b []byte) uint32 {
 	return crc32.Update(crc, castagnoli, b)
 }
 
-// errNoIndex is a background index load that got no index (missing, or
-// the bucket failed): the read goes on without it.
+// errNoIndex is a background index load the bucket failed (a missing
+// index is cached as such, not an error): the next read goes on without it.
 var errNoIndex = errors.New("tiering: no remote index")
 
 // noWaitLoad makes sure what ready reports is there before a no-wait read
@@ -641,7 +645,7 @@ func (t *Tier) cached(o object, ci int64) (*chunkEntry, <-chan struct{}) {
 	f, busy := t.inflight[chunkID{o.key, ci}]
 	t.mu.Unlock()
 	if busy {
-		f.demanded.Store(true)
+		f.demand()
 		return nil, f.done
 	}
 	return t.cache.get(o.key, ci), nil
@@ -651,14 +655,24 @@ func (t *Tier) cached(o object, ci int64) (*chunkEntry, <-chan struct{}) {
 // demanded says a read waits for it (else it is a read-ahead), which puts it
 // first in line for the cold-read rate.
 type flight struct {
-	done     chan struct{}
-	demanded atomic.Bool
+	done       chan struct{}
+	demanded   atomic.Bool
+	demandedCh chan struct{} // closed when demanded becomes true
 }
 
 func newFlight(demanded bool) *flight {
-	f := &flight{done: make(chan struct{})}
-	f.demanded.Store(demanded)
+	f := &flight{done: make(chan struct{}), demandedCh: make(chan struct{})}
+	if demanded {
+		f.demand()
+	}
 	return f
+}
+
+// demand marks the flight as one a read waits for.
+func (f *flight) demand() {
+	if !f.demanded.Swap(true) {
+		close(f.demandedCh)
+	}
 }
 
 func (t *Tier) fetchChunk(ctx context.Context, o object, ci int64) (*chunkEntry, error) {
@@ -678,7 +692,7 @@ func (t *Tier) fetchChunk(ctx context.Context, o object, ci int64) (*chunkEntry,
 				return t.download(ctx, o, ci, f, false)
 			}
 			t.mu.Unlock()
-			f.demanded.Store(true)
+			f.demand()
 			wait = f.done
 		}
 		select {
@@ -766,8 +780,8 @@ func (t *Tier) download(ctx context.Context, o object, ci int64, f *flight, reco
 // downloadSlots bounds the chunk downloads (each with a chunk buffer and
 // a GET) under way at once, whatever the number of readers: 128 MiB of
 // buffers beyond the cache's budget at most. Read-aheads get at most
-// readAheadSlots of them, so a read waiting for its chunk always finds a
-// slot free of them.
+// readAheadSlots of them, so reads waiting for their chunks always have
+// the other 4 to themselves.
 const downloadSlots, readAheadSlots = 16, 12
 
 // takeSlot waits for a download slot for f (for a read-ahead, first for a
@@ -775,13 +789,13 @@ const downloadSlots, readAheadSlots = 16, 12
 // release.
 func (t *Tier) takeSlot(ctx context.Context, f *flight) (func(), error) {
 	ra := false
-	for !ra && !f.demanded.Load() {
+	if !f.demanded.Load() {
 		select {
 		case t.raSlots <- struct{}{}:
 			ra = true
+		case <-f.demandedCh: // a read waits for it now: no read-ahead slot needed
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(5 * time.Millisecond): // demanded meanwhile?
 		}
 	}
 	select {
@@ -852,7 +866,7 @@ func (t *Tier) startFetch(o object, ci int64, demanded bool) <-chan struct{} {
 	if f, ok := t.inflight[id]; ok {
 		t.mu.Unlock()
 		if demanded {
-			f.demanded.Store(true)
+			f.demand()
 		}
 		return f.done
 	}

@@ -1184,3 +1184,41 @@ func TestRetentionMsAndDeleteRecordsAcrossTiers(t *testing.T) {
 	}
 	f.readAll(45)
 }
+
+// TestNoWaitReadWithoutARemoteIndex: a segment whose remote index is
+// missing is read by scanning it, and the missing index leaves no error
+// behind for later reads to trip over (nor fills the bounded error table).
+func TestNoWaitReadWithoutARemoteIndex(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	m := f.offload(60)
+	seg := m.Segments[len(m.Segments)/2]
+	if err := f.store.Delete(ctx, f.pk.segmentKey(seg.Base, ".index")); err != nil {
+		t.Fatal(err)
+	}
+	tier := New(f.store, zaptest.NewLogger(t), 1<<20)
+	offset := seg.Base + 2
+	for i := 0; ; i++ {
+		r, wait, err := tier.ReadNoWait(ctx, f.pk, offset, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wait == nil {
+			h, _ := log.ParseBatchHeader(r.Bytes())
+			r.Release()
+			if h.BaseOffset != offset {
+				t.Fatalf("read batch %d, want %d", h.BaseOffset, offset)
+			}
+			break
+		}
+		if i > 10 {
+			t.Fatal("never ready")
+		}
+		<-wait
+	}
+	tier.mu.Lock()
+	defer tier.mu.Unlock()
+	if len(tier.failed) != 0 {
+		t.Fatalf("errors left behind: %v", tier.failed)
+	}
+}
