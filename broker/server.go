@@ -36,6 +36,7 @@ type Server struct {
 	// registry's lock, copied by the maintenance loop (never under that
 	// lock, so a slow bucket cannot stall the requests that look topics
 	// up).
+	mirrorMu       sync.Mutex // one copy of topics.json to the bucket at a time
 	topicsMu       sync.Mutex
 	topicsJSON     []byte
 	topicsChanges  uint64 // saves so far (topicsMu)
@@ -53,12 +54,15 @@ type Server struct {
 	connWG    sync.WaitGroup
 	shutting  atomic.Bool
 	serving   atomic.Bool
-	overDisk  atomic.Bool  // local segments above LocalDiskBudget (tiering)
-	budgetMu  sync.Mutex   // one checkDiskBudget at a time
-	pipelined atomic.Int64 // produce requests appended while an earlier one awaited fsync
-	maintDone chan struct{}
-	tierKick  chan struct{} // a segment was sealed: tier now, not at the next tick
-	closeOnce sync.Once
+	overDisk  atomic.Bool // local segments above LocalDiskBudget (tiering)
+	budgetMu  sync.Mutex  // one checkDiskBudget at a time
+	// budgetWarned is when releaseOverBudget last logged an unreadable
+	// manifest (budgetMu): at most once a minute.
+	budgetWarned time.Time
+	pipelined    atomic.Int64 // produce requests appended while an earlier one awaited fsync
+	maintDone    chan struct{}
+	tierKick     chan struct{} // a segment was sealed: tier now, not at the next tick
+	closeOnce    sync.Once
 
 	beforeHandle atomic.Pointer[func(*protocol.Request)] // tests: runs before every handler
 }

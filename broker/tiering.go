@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -99,10 +101,16 @@ func (s *Server) releaseOverBudget(excess int64) int64 {
 		next, size, ts int64
 	}
 	var cands []candidate
+	logged := false
 	for _, tp := range s.reg.all() {
 		for _, p := range s.reg.partitionsOf(tp) {
 			m, err := s.cfg.Tier.Manifest(ctx, p.tierKey()) // cached: no bucket call once read
 			if err != nil {
+				if !logged && time.Since(s.budgetWarned) >= time.Minute {
+					s.budgetWarned = time.Now()
+					s.logger.Warn("disk budget: cannot tell what is uploaded (manifest unreadable); nothing released there", zap.String("topic", tp.name), zap.Int32("partition", p.index), zap.Error(err))
+					logged = true
+				}
 				continue
 			}
 			ts := int64(math.MinInt64)
@@ -184,9 +192,11 @@ func (s *Server) queueTopicsMirror(b []byte) {
 
 // mirrorTopics copies the last saved topics.json to the bucket if it
 // changed since the last copy (best effort: a failure is logged and the
-// next maintenance pass tries again). Only the maintenance loop and
-// Shutdown (after that loop ended) call it, so copies never race.
+// next maintenance pass tries again). Copies are made one at a time
+// (mirrorMu), each of the latest bytes, so an older one never lands last.
 func (s *Server) mirrorTopics(ctx context.Context) {
+	s.mirrorMu.Lock()
+	defer s.mirrorMu.Unlock()
 	s.topicsMu.Lock()
 	b, n := s.topicsJSON, s.topicsChanges
 	done := n == s.topicsMirrored
@@ -320,21 +330,34 @@ func (s *Server) TierStatus(ctx context.Context) (st TierStatus, ok bool) {
 // cleanOrphans removes objects no manifest names (interrupted uploads or
 // retention passes) once at start-up, before the first upload.
 func (s *Server) cleanOrphans() {
+	// A few partitions at once, as uploads; the first store error ends the
+	// sweep (the bucket is away or refusing: the next sweep tries again).
+	sem := make(chan struct{}, tierParallelism)
+	var wg sync.WaitGroup
+	var failed atomic.Bool
 	for _, t := range s.reg.all() {
 		for _, p := range s.reg.partitionsOf(t) {
-			if s.ctx.Err() != nil {
-				return
+			if s.ctx.Err() != nil || failed.Load() {
+				break
 			}
-			ctx, cancel := context.WithTimeout(s.ctx, tierOpTimeout)
-			n, err := s.cfg.Tier.CleanOrphans(ctx, p.tierKey())
-			cancel()
-			if err != nil {
-				s.logger.Warn("clean orphan objects", zap.String("topic", t.name), zap.Int32("partition", p.index), zap.Error(err))
-			} else if n > 0 {
-				s.logger.Info("cleaned orphan objects", zap.String("topic", t.name), zap.Int32("partition", p.index), zap.Int("objects", n))
-			}
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				ctx, cancel := context.WithTimeout(s.ctx, tierOpTimeout)
+				n, err := s.cfg.Tier.CleanOrphans(ctx, p.tierKey())
+				cancel()
+				if err != nil {
+					if !failed.Swap(true) {
+						s.logger.Warn("clean orphan objects (the sweep stops here, retried later)", zap.String("topic", t.name), zap.Int32("partition", p.index), zap.Error(err))
+					}
+				} else if n > 0 {
+					s.logger.Info("cleaned orphan objects", zap.String("topic", t.name), zap.Int32("partition", p.index), zap.Int("objects", n))
+				}
+			}()
 		}
 	}
+	wg.Wait()
 }
 
 // producersKey is where a partition's producer snapshot is mirrored.
@@ -369,6 +392,9 @@ func (s *Server) forgetTiered(parts []*partition) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
+		// topics.json without the topic goes to the bucket first: a restore
+		// must not bring back a topic whose objects are gone.
+		s.mirrorTopics(ctx)
 		for _, pk := range keys {
 			if err := s.cfg.Tier.Forget(ctx, pk); err != nil {
 				s.logger.Warn("delete a deleted topic's objects", zap.String("topic", pk.Topic), zap.Int32("partition", pk.Partition), zap.Error(err))

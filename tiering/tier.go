@@ -411,6 +411,7 @@ func (t *Tier) ApplyRetention(ctx context.Context, pk PartitionKey, lp *log.Part
 func (t *Tier) Forget(ctx context.Context, pk PartitionKey) error {
 	t.mu.Lock()
 	delete(t.manifests, pk)
+	delete(t.readEnds, pk)
 	t.indexes.dropPrefix(pk.dir() + "/")
 	t.mu.Unlock()
 	keys, err := t.store.List(ctx, pk.dir()+"/")
