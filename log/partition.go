@@ -82,13 +82,12 @@ type Partition struct {
 	waiting  atomic.Bool  // someone holds the current notify channel
 	wokeAt   atomic.Int64 // when wake last closed a notify channel: nanoseconds since clockStart
 
-	mu          sync.Mutex
-	active      *segment
-	activeH     *handle // pinned while the active segment has unsynced bytes
-	sinceIndex  int64
-	needDirSync bool
-	dirty       bool // registered with the syncer
-	closed      bool
+	mu         sync.Mutex
+	active     *segment
+	activeH    *handle // pinned while the active segment has unsynced bytes
+	sinceIndex int64
+	dirty      bool // registered with the syncer
+	closed     bool
 }
 
 // AppendResult describes an appended batch.
@@ -301,28 +300,19 @@ func (p *Partition) sync(final bool) {
 	if h != nil {
 		p.store.cache.ref(h)
 	}
-	// needDirSync stays set until the SyncDir below succeeds: a roll racing
-	// this round must not take the flag as done while the fsync is in flight.
-	dirSync := p.needDirSync
+	// The active segment's directory entry is durable already: open and
+	// every roll fsync the directory before a segment takes writes.
 	p.mu.Unlock()
 
 	var err error
-	op := "fsync"
 	if h != nil {
 		err = h.f.Sync()
-	}
-	if err == nil && dirSync {
-		op = "fsync dir"
-		err = p.store.fs.SyncDir(p.dir)
 	}
 
 	p.mu.Lock()
 	if err != nil {
-		p.failLocked(op, err)
+		p.failLocked("fsync", err)
 	} else {
-		if dirSync && p.active == target.seg {
-			p.needDirSync = false
-		}
 		p.setHWLocked(target)
 	}
 	if h != nil {
@@ -366,7 +356,6 @@ func (p *Partition) rollLocked() error {
 	if err := p.store.fs.SyncDir(p.dir); err != nil {
 		return p.failLocked("fsync dir", err)
 	}
-	p.needDirSync = false
 	p.setHWLocked(mark{off: old.next.Load(), seg: old, pos: old.size.Load()})
 	old.sealed.Store(true)
 	if p.activeH != nil {
