@@ -941,13 +941,7 @@ func TestReadAheadOnlyForReadersGoingOn(t *testing.T) {
 	if _, err := tier.Upload(ctx, pk, lp); err != nil {
 		t.Fatal(err)
 	}
-	var gets atomic.Int64
-	st.SetFault(func(op, key string) error {
-		if op == "get" && strings.HasSuffix(key, ".log") {
-			gets.Add(1)
-		}
-		return nil
-	})
+	gets := countLogGets(st)
 	read := func(offset int64) int64 {
 		t.Helper()
 		for i := 0; i < 100; i++ {
@@ -1041,13 +1035,7 @@ func TestBatchForTimestampUsesTheTimeIndex(t *testing.T) {
 	if _, err := New(st, zaptest.NewLogger(t), 0).Upload(ctx, pk, lp); err != nil {
 		t.Fatal(err)
 	}
-	var gets atomic.Int64
-	st.SetFault(func(op, key string) error {
-		if op == "get" && strings.HasSuffix(key, ".log") {
-			gets.Add(1)
-		}
-		return nil
-	})
+	gets := countLogGets(st)
 	for _, ts := range []int64{0, 1, 40, 63, 70} {
 		tier := New(st, zaptest.NewLogger(t), 16*chunkSize) // cold cache each time
 		gets.Store(0)
@@ -1221,4 +1209,16 @@ func TestNoWaitReadWithoutARemoteIndex(t *testing.T) {
 	if len(tier.failed) != 0 {
 		t.Fatalf("errors left behind: %v", tier.failed)
 	}
+}
+
+// countLogGets makes st count its GETs of segment (.log) objects.
+func countLogGets(st *MemStore) *atomic.Int64 {
+	var n atomic.Int64
+	st.SetFault(func(op, key string) error {
+		if op == "get" && strings.HasSuffix(key, ".log") {
+			n.Add(1)
+		}
+		return nil
+	})
+	return &n
 }
