@@ -117,15 +117,23 @@ func New(cfg Config) (*Server, error) {
 		if b, err := os.ReadFile(filepath.Join(cfg.DataDir, topicsFile)); err == nil {
 			s.topicsJSON, s.topicsChanges = b, 1
 		}
-		// Every start, not only the one that fetched topics.json: a restore
-		// cut short by a crash is finished by the next start.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		err := s.rebaseRestored(ctx)
-		cancel()
-		if err != nil {
-			close(s.maintDone) // maintain never ran: let Close proceed
-			s.Close()
-			return nil, err
+		// Not only the start that fetched topics.json: a restore cut short
+		// by a crash is finished by the next start (the marker stays until
+		// then). Other starts do not need the bucket.
+		marker := filepath.Join(cfg.DataDir, restorePending)
+		if _, err := os.Stat(marker); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			err := s.rebaseRestored(ctx)
+			cancel()
+			if err == nil {
+				// Not durable, and need not be: a rebase again is a no-op.
+				err = os.Remove(marker)
+			}
+			if err != nil {
+				close(s.maintDone) // maintain never ran: let Close proceed
+				s.Close()
+				return nil, err
+			}
 		}
 	}
 	{

@@ -219,6 +219,10 @@ func (s *Server) mirrorTopics(ctx context.Context) {
 // comes back, every partition is created empty and rebased at the offset
 // after its last uploaded segment, so old data is served cold and new data
 // continues the log. It reports whether anything was restored.
+// restorePending, in the data directory, marks a restore from the bucket
+// not finished yet: partitions may still need rebasing.
+const restorePending = "tier-restore.pending"
+
 func restoreFromTier(ctx context.Context, dataDir string, t *tiering.Tier, logger *zap.Logger) (bool, error) {
 	if _, err := os.Stat(filepath.Join(dataDir, topicsFile)); err == nil {
 		return false, nil
@@ -229,6 +233,12 @@ func restoreFromTier(ctx context.Context, dataDir string, t *tiering.Tier, logge
 	}
 	if err != nil {
 		return false, fmt.Errorf("broker: restore: read %s from the tiered store: %w", metaKey, err)
+	}
+	// The marker first: until every partition is rebased (rebaseRestored),
+	// each start finishes the restore, and only then do bucket errors stop
+	// the start.
+	if err := log.WriteFileAtomic(log.OSFS, filepath.Join(dataDir, restorePending), nil); err != nil {
+		return false, err
 	}
 	if err := log.WriteFileAtomic(log.OSFS, filepath.Join(dataDir, topicsFile), b); err != nil {
 		return false, err

@@ -378,10 +378,13 @@ func TestInterruptedRestoreIsFinished(t *testing.T) {
 		}
 	}
 	ts.stop(t) // offloads everything
-	// The interrupted restore: topics.json back, nothing else.
+	// The interrupted restore: its marker and topics.json back, nothing else.
 	dir := t.TempDir()
 	b, err := store.GetRange(ctx, metaKey, 0, -1)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, restorePending), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, topicsFile), b, 0o644); err != nil {
@@ -392,6 +395,30 @@ func TestInterruptedRestoreIsFinished(t *testing.T) {
 	res := pr2.ProduceSync(ctx, &kgo.Record{Topic: "r", Value: []byte("new")})
 	if r, err := res.First(); err != nil || r.Offset != 10 {
 		t.Fatalf("first record after an interrupted restore at %d (%v), want 10", r.Offset, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, restorePending)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("restore marker still there once the restore finished: %v", err)
+	}
+}
+
+// TestRestartWithTheBucketAway: a broker with an empty partition (a topic
+// never written to) restarts while the bucket is unreachable; only a
+// restore in progress needs the bucket to start.
+func TestRestartWithTheBucketAway(t *testing.T) {
+	store := tiering.NewMemStore()
+	dir := t.TempDir()
+	ts := startTiered(t, dir, tiering.New(store, nil, 8<<20))
+	_, adm := client(t, ts.addr)
+	ctx := ctxT(t)
+	if _, err := adm.CreateTopic(ctx, 2, 1, nil, "empty"); err != nil {
+		t.Fatal(err)
+	}
+	ts.stop(t)
+	store.SetFault(func(op, key string) error { return errors.New("connection refused") })
+	ts2 := startTiered(t, dir, tiering.New(store, nil, 8<<20))
+	pr, _ := client(t, ts2.addr)
+	if err := pr.ProduceSync(ctx, &kgo.Record{Topic: "empty", Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatalf("produce after a restart with the bucket away: %v", err)
 	}
 }
 
