@@ -24,16 +24,20 @@ type retryStore struct {
 	attempts int
 }
 
-func permanent(err error) bool {
+// permanent reports whether err is an answer (or the caller's context
+// ending) rather than a failure worth another try. A timeout of one attempt
+// (a dial or response-header timeout also matches
+// context.DeadlineExceeded) is transient while ctx itself is alive.
+func permanent(ctx context.Context, err error) bool {
 	return err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, ErrBadRange) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+		ctx.Err() != nil
 }
 
 func (r *retryStore) do(ctx context.Context, op func() error) error {
 	backoff := 50 * time.Millisecond
 	var err error
 	for i := 0; i < r.attempts; i++ {
-		if err = op(); permanent(err) {
+		if err = op(); permanent(ctx, err) {
 			return err
 		}
 		if i == r.attempts-1 {

@@ -338,6 +338,26 @@ func TestRetryingStore(t *testing.T) {
 	if err := Retrying(mem, 3).Delete(ctx, "a"); err == nil {
 		t.Fatal("persistent failure not reported")
 	}
+	// One attempt timing out (a dial or response-header timeout matches
+	// context.DeadlineExceeded) is retried while the caller's context lives;
+	// once that context is done, nothing is.
+	var tries int
+	mem.SetFault(func(op, key string) error {
+		tries++
+		if tries <= 2 {
+			return fmt.Errorf("dial tcp: i/o timeout: %w", context.DeadlineExceeded)
+		}
+		return nil
+	})
+	if _, err := s.GetRange(ctx, "a", 0, -1); err != nil || tries != 3 {
+		t.Fatalf("after %d tries with two attempt timeouts: %v", tries, err)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	tries = 0
+	if _, err := s.GetRange(done, "a", 0, -1); err == nil || tries != 1 {
+		t.Fatalf("a done context: %d tries, %v; want one, failed", tries, err)
+	}
 }
 
 // TestDiskCacheLevel: with a memory cache of one chunk, chunks spill to the
