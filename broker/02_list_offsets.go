@@ -77,7 +77,9 @@ func (s *Server) listOffset(p *partition, ts int64) (offset, timestamp int64, co
 		if s.cfg.Tier == nil {
 			return -1, -1, 0
 		}
-		m, err := s.cfg.Tier.Manifest(s.ctx, p.tierKey())
+		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second) // cached unless just restarted
+		m, err := s.cfg.Tier.Manifest(ctx, p.tierKey())
+		cancel()
 		if err != nil {
 			return -1, -1, kerr.KafkaStorageError.Code
 		}
