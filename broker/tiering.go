@@ -322,12 +322,14 @@ func (s *Server) TierStatus(ctx context.Context) (st TierStatus, ok bool) {
 	}
 	for _, tp := range s.reg.all() {
 		for _, p := range s.reg.partitionsOf(tp) {
-			m, err := t.Manifest(ctx, p.tierKey())
-			if err != nil {
-				continue
+			uploaded := int64(-1) // unknown: every sealed segment counts as lag
+			if t.ManifestCached(p.tierKey()) || ctx.Err() == nil {
+				if m, err := t.Manifest(ctx, p.tierKey()); err == nil {
+					uploaded = m.Next()
+				}
 			}
 			for _, seg := range p.log.SealedSegments() {
-				if seg.Next > m.Next() {
+				if seg.Next > uploaded {
 					st.LagBytes += seg.Size
 					st.LagSegments++
 				}

@@ -902,3 +902,31 @@ func TestLocalRetentionBrokerDefault(t *testing.T) {
 		t.Fatalf("local.retention.bytes described as %+v", c)
 	}
 }
+
+// TestUploadLagWithTheBucketAwayFromTheStart: when no manifest could be
+// read since the start (a restart with the bucket away), every sealed
+// segment counts as upload lag instead of none.
+func TestUploadLagWithTheBucketAwayFromTheStart(t *testing.T) {
+	store := tiering.NewMemStore()
+	dir := t.TempDir()
+	ts := startTiered(t, dir, tiering.New(store, nil, 8<<20))
+	_, adm := client(t, ts.addr)
+	ctx := ctxT(t)
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("5000")}, "lagging"); err != nil {
+		t.Fatal(err)
+	}
+	ts.stop(t)
+	store.SetFault(func(op, key string) error { return errors.New("connection refused") })
+	ts = startTiered(t, dir, tiering.New(store, nil, 8<<20))
+	cl, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
+	for i := 0; i < 20; i++ {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "lagging", Value: bytes.Repeat([]byte{byte(i)}, 900)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sealed := len(ts.reg.partition(ts.reg.get("lagging"), 0).log.SealedSegments())
+	st, _ := ts.TierStatus(ctx)
+	if sealed < 2 || st.LagSegments != int64(sealed) {
+		t.Fatalf("%d sealed segments, upload lag %d segments", sealed, st.LagSegments)
+	}
+}

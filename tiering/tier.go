@@ -135,6 +135,14 @@ func (t *Tier) PutMeta(ctx context.Context, key string, b []byte) error {
 	return err
 }
 
+// ManifestCached reports whether the partition's manifest is in memory
+// (Manifest answers without the bucket).
+func (t *Tier) ManifestCached(pk PartitionKey) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.manifests[pk] != nil
+}
+
 // Manifest returns the partition's manifest (empty if none was written).
 func (t *Tier) Manifest(ctx context.Context, pk PartitionKey) (*Manifest, error) {
 	t.mu.Lock()
