@@ -37,6 +37,7 @@ type Server struct {
 	// lock, so a slow bucket cannot stall the requests that look topics
 	// up).
 	mirrorMu       sync.Mutex // one copy of topics.json to the bucket at a time
+	forgetMu       sync.Mutex // tier-forget.json
 	topicsMu       sync.Mutex
 	topicsJSON     []byte
 	topicsChanges  uint64 // saves so far (topicsMu)

@@ -2,6 +2,8 @@ package broker
 
 import (
 	"context"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -192,9 +194,10 @@ func (s *Server) queueTopicsMirror(b []byte) {
 
 // mirrorTopics copies the last saved topics.json to the bucket if it
 // changed since the last copy (best effort: a failure is logged and the
-// next maintenance pass tries again). Copies are made one at a time
-// (mirrorMu), each of the latest bytes, so an older one never lands last.
-func (s *Server) mirrorTopics(ctx context.Context) {
+// next maintenance pass tries again); it reports whether the bucket has
+// the latest copy. Copies are made one at a time (mirrorMu), each of the
+// latest bytes, so an older one never lands last.
+func (s *Server) mirrorTopics(ctx context.Context) bool {
 	s.mirrorMu.Lock()
 	defer s.mirrorMu.Unlock()
 	s.topicsMu.Lock()
@@ -202,17 +205,18 @@ func (s *Server) mirrorTopics(ctx context.Context) {
 	done := n == s.topicsMirrored
 	s.topicsMu.Unlock()
 	if done || b == nil {
-		return
+		return true
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := s.cfg.Tier.PutMeta(ctx, metaKey, b); err != nil {
 		s.logger.Warn("mirror topics to the tiered store", zap.Error(err))
-		return
+		return false
 	}
 	s.topicsMu.Lock()
 	s.topicsMirrored = n
 	s.topicsMu.Unlock()
+	return true
 }
 
 // restoreFromTier fills an empty data directory from the bucket: topics.json
@@ -342,6 +346,7 @@ func (s *Server) TierStatus(ctx context.Context) (st TierStatus, ok bool) {
 // cleanOrphans removes objects no manifest names (interrupted uploads or
 // retention passes) once at start-up, before the first upload.
 func (s *Server) cleanOrphans() {
+	s.forgetPending(nil) // deleted topics' objects a delete left behind
 	// A few partitions at once, as uploads; the first store error ends the
 	// sweep (the bucket is away or refusing: the next sweep tries again).
 	sem := make(chan struct{}, tierParallelism)
@@ -394,24 +399,125 @@ func (s *Server) mirrorProducers(ctx context.Context, p *partition) {
 }
 
 // forgetTiered deletes a deleted topic's objects from the bucket in the
-// background; what fails is left for the operator (the topic id in the keys
-// keeps it from ever mixing with a new topic of the same name).
+// background (the topic id in the keys keeps them from ever mixing with a
+// new topic of the same name). The partitions are first recorded in
+// <data-dir>/tier-forget.json, and each orphan sweep retries what is still
+// there, so a delete during an outage or cut short by a crash is finished
+// later rather than leaked.
 func (s *Server) forgetTiered(parts []*partition) {
 	keys := make([]tiering.PartitionKey, len(parts))
 	for i, p := range parts {
 		keys[i] = p.tierKey()
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		// topics.json without the topic goes to the bucket first: a restore
-		// must not bring back a topic whose objects are gone.
-		s.mirrorTopics(ctx)
-		for _, pk := range keys {
-			if err := s.cfg.Tier.Forget(ctx, pk); err != nil {
-				s.logger.Warn("delete a deleted topic's objects", zap.String("topic", pk.Topic), zap.Int32("partition", pk.Partition), zap.Error(err))
-			}
-			s.cfg.Tier.Store().Delete(ctx, producersKey(pk))
+	if err := s.editForgets(func(m map[tiering.PartitionKey]bool) {
+		for _, k := range keys {
+			m[k] = true
 		}
-	}()
+	}); err != nil {
+		s.logger.Warn("record a deleted topic's objects for deletion", zap.Error(err))
+	}
+	go s.forgetPending(keys)
+}
+
+// forgetFile lists partitions of deleted topics whose objects may still be
+// in the bucket.
+const forgetFile = "tier-forget.json"
+
+// forgetRecord is one forgetFile entry.
+type forgetRecord struct {
+	Topic     string `json:"topic"`
+	TopicID   string `json:"topic_id"`
+	Partition int32  `json:"partition"`
+}
+
+// editForgets applies edit to the set of partitions whose objects are to be
+// deleted and saves it (forgetMu).
+func (s *Server) editForgets(edit func(map[tiering.PartitionKey]bool)) error {
+	s.forgetMu.Lock()
+	defer s.forgetMu.Unlock()
+	m := s.readForgetsLocked()
+	edit(m)
+	recs := make([]forgetRecord, 0, len(m))
+	for k := range m {
+		recs = append(recs, forgetRecord{k.Topic, hex.EncodeToString(k.TopicID[:]), k.Partition})
+	}
+	sort.Slice(recs, func(i, j int) bool {
+		return recs[i].Topic < recs[j].Topic || recs[i].Topic == recs[j].Topic && recs[i].Partition < recs[j].Partition
+	})
+	b, err := json.Marshal(recs)
+	if err != nil {
+		return err
+	}
+	return log.WriteFileAtomic(log.OSFS, filepath.Join(s.cfg.DataDir, forgetFile), b)
+}
+
+// readForgetsLocked reads forgetFile (empty if missing or unreadable).
+func (s *Server) readForgetsLocked() map[tiering.PartitionKey]bool {
+	m := map[tiering.PartitionKey]bool{}
+	b, err := os.ReadFile(filepath.Join(s.cfg.DataDir, forgetFile))
+	if err != nil {
+		return m
+	}
+	var recs []forgetRecord
+	if json.Unmarshal(b, &recs) != nil {
+		return m
+	}
+	for _, r := range recs {
+		var k tiering.PartitionKey
+		id, err := hex.DecodeString(r.TopicID)
+		if err != nil || len(id) != len(k.TopicID) {
+			continue
+		}
+		k.Topic, k.Partition = r.Topic, r.Partition
+		copy(k.TopicID[:], id)
+		m[k] = true
+	}
+	return m
+}
+
+// forgetPending deletes the objects of keys (all pending ones if nil),
+// once topics.json without their topics is in the bucket (else a restore
+// would bring back a topic whose objects are gone), and drops each from
+// forgetFile when its objects are gone. What fails stays for the next sweep.
+func (s *Server) forgetPending(keys []tiering.PartitionKey) {
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
+	defer cancel()
+	if keys == nil {
+		s.forgetMu.Lock()
+		for k := range s.readForgetsLocked() {
+			keys = append(keys, k)
+		}
+		s.forgetMu.Unlock()
+	}
+	if len(keys) == 0 || !s.mirrorTopics(ctx) {
+		return
+	}
+	var done []tiering.PartitionKey
+	for _, pk := range keys {
+		if s.reg.getByID(pk.TopicID) != nil {
+			done = append(done, pk) // not deleted after all (a stale entry): keep its objects
+			continue
+		}
+		err := s.cfg.Tier.Forget(ctx, pk)
+		if err == nil {
+			err = s.cfg.Tier.Store().Delete(ctx, producersKey(pk))
+			if errors.Is(err, tiering.ErrNotFound) {
+				err = nil
+			}
+		}
+		if err != nil {
+			s.logger.Warn("delete a deleted topic's objects (retried at the next sweep)", zap.String("topic", pk.Topic), zap.Int32("partition", pk.Partition), zap.Error(err))
+			continue
+		}
+		done = append(done, pk)
+	}
+	if len(done) > 0 {
+		if err := s.editForgets(func(m map[tiering.PartitionKey]bool) {
+			for _, k := range done {
+				delete(m, k)
+			}
+		}); err != nil {
+			s.logger.Warn("record deleted objects", zap.Error(err))
+		}
+	}
 }

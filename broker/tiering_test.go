@@ -930,3 +930,54 @@ func TestUploadLagWithTheBucketAwayFromTheStart(t *testing.T) {
 		t.Fatalf("%d sealed segments, upload lag %d segments", sealed, st.LagSegments)
 	}
 }
+
+// TestDeletedTopicObjectsGoEvenAfterAnOutage: a tiered topic deleted while
+// the bucket is away keeps its objects there for now (and topics.json in
+// the bucket still names it); once the bucket is back, the sweep copies
+// topics.json without the topic, then deletes the topic's objects.
+func TestDeletedTopicObjectsGoEvenAfterAnOutage(t *testing.T) {
+	store := tiering.NewMemStore()
+	ts := startServerConfig(t, Config{Tier: tiering.New(store, nil, 8<<20), MaintenanceInterval: 20 * time.Millisecond,
+		OrphanSweepInterval: 100 * time.Millisecond})
+	_, adm := client(t, ts.addr)
+	cl, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
+	ctx := ctxT(t)
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("5000")}, "doomed"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "doomed", Value: bytes.Repeat([]byte{byte(i)}, 900)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objects := func() int {
+		keys, _ := store.List(ctx, "doomed")
+		return len(keys)
+	}
+	waitUntil(t, 10*time.Second, func() bool { return objects() >= 4 })
+	var away atomic.Bool
+	store.SetFault(func(op, key string) error {
+		if away.Load() && op != "list" { // the test still looks
+			return errors.New("connection refused")
+		}
+		return nil
+	})
+	away.Store(true)
+	if _, err := adm.DeleteTopics(ctx, "doomed"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // a few sweeps fail
+	if objects() == 0 {
+		t.Fatal("objects deleted while the bucket was away?")
+	}
+	away.Store(false)
+	waitUntil(t, 10*time.Second, func() bool { return objects() == 0 })
+	b, err := store.GetRange(ctx, metaKey, 0, -1)
+	if err != nil || bytes.Contains(b, []byte(`"doomed"`)) {
+		t.Fatalf("topics.json in the bucket after the delete: %s, %v", b, err)
+	}
+	waitUntil(t, 5*time.Second, func() bool {
+		b, err := os.ReadFile(filepath.Join(ts.cfg.DataDir, forgetFile))
+		return err == nil && string(b) == "[]"
+	})
+}
