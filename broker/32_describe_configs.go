@@ -11,8 +11,11 @@ import (
 //
 // Behavior:
 //   - Topics: every config Synapse knows with its effective value, its source
-//     (DYNAMIC_TOPIC_CONFIG when set on the topic, DEFAULT_CONFIG otherwise),
-//     read-only false, and (v1+ when asked) synonyms; v3+ types and docs.
+//     (DYNAMIC_TOPIC_CONFIG when set on the topic, STATIC_BROKER_CONFIG for
+//     local.retention.* set by --local-retention-*, DEFAULT_CONFIG
+//     otherwise), read-only false, and (v1+ when asked) synonyms; v3+ types
+//     and docs. remote.storage.enable is the broker's: true with a tiered
+//     store.
 //     Requested names Synapse does not know are left out, as Kafka does.
 //   - Brokers (this node id, or the empty name): the broker settings that
 //     matter to clients, read-only.

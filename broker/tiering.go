@@ -344,7 +344,10 @@ func (s *Server) TierStatus(ctx context.Context) (st TierStatus, ok bool) {
 }
 
 // cleanOrphans removes objects no manifest names (interrupted uploads or
-// retention passes) once at start-up, before the first upload.
+// retention passes, failed deletes) and the objects of deleted topics
+// still pending (forgetPending): at start-up before the first upload, then
+// every OrphanSweepInterval between two maintenance passes (no upload is
+// under way then).
 func (s *Server) cleanOrphans() {
 	s.forgetPending(nil) // deleted topics' objects a delete left behind
 	// A few partitions at once, as uploads; the first store error ends the
