@@ -55,6 +55,14 @@ type Config struct {
 	// MaintenanceInterval is how often retention, segment.ms rolls and
 	// tiering run over every partition (default 10 s).
 	MaintenanceInterval time.Duration
+	// LocalDiskReservePercent, with tiering, is the share of the data
+	// directory's file system kept free: below it, local copies of uploaded
+	// segments are deleted as past LocalDiskBudget, and produce is refused
+	// (retriable) while that is not enough. 0 disables it.
+	LocalDiskReservePercent float64
+	// DiskFree reports the free and total bytes of the file system holding
+	// dir (default: statfs); ok false if unknown.
+	DiskFree func(dir string) (free, size int64, ok bool)
 	// LocalRetention holds the broker defaults of the topic configs
 	// local.retention.bytes and local.retention.ms (Kafka's
 	// log.local.retention.*); nil means -2 for both, "as retention.*". A
@@ -105,6 +113,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaintenanceInterval <= 0 {
 		c.MaintenanceInterval = 10 * time.Second
+	}
+	if c.DiskFree == nil {
+		c.DiskFree = diskFree
+	}
+	if c.LocalDiskReservePercent < 0 || c.LocalDiskReservePercent >= 100 {
+		return fmt.Errorf("broker: local disk reserve %v%%: want [0, 100)", c.LocalDiskReservePercent)
 	}
 	if c.LocalRetention == nil {
 		c.LocalRetention = &LocalRetention{Bytes: -2, Ms: -2}

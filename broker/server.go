@@ -294,7 +294,7 @@ const tierParallelism = 4
 
 func (s *Server) maintain() {
 	defer close(s.maintDone)
-	if s.cfg.LocalDiskBudget > 0 && s.cfg.Tier != nil {
+	if (s.cfg.LocalDiskBudget > 0 || s.cfg.LocalDiskReservePercent > 0) && s.cfg.Tier != nil {
 		// The budget is also watched on its own: a maintenance pass stuck
 		// on a bucket that is away can take minutes.
 		budgetDone := make(chan struct{})

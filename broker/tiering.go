@@ -62,7 +62,8 @@ func (s *Server) tierPartition(p *partition, now time.Time) {
 	}
 }
 
-// checkDiskBudget enforces --local-disk-budget (with tiering): past it,
+// checkDiskBudget enforces --local-disk-budget and --local-disk-reserve
+// (with tiering): past the budget, or below the reserve of free space,
 // local copies of uploaded segments go first, oldest first across all
 // partitions, whatever local.retention.* would keep; produce is refused
 // only while what is left still exceeds the budget (the bucket is away or
@@ -71,7 +72,8 @@ func (s *Server) tierPartition(p *partition, now time.Time) {
 // time.
 func (s *Server) checkDiskBudget() {
 	b := s.cfg.LocalDiskBudget
-	if b <= 0 || s.cfg.Tier == nil {
+	pct := s.cfg.LocalDiskReservePercent
+	if (b <= 0 && pct <= 0) || s.cfg.Tier == nil {
 		return
 	}
 	s.budgetMu.Lock()
@@ -82,12 +84,26 @@ func (s *Server) checkDiskBudget() {
 			local += p.log.LocalBytes()
 		}
 	}
-	if local > b {
+	if b > 0 && local > b {
 		local -= s.releaseOverBudget(local - b)
 	}
-	over := local > b
+	over := b > 0 && local > b
+	// The free-space reserve: whatever the budget, the data directory's
+	// file system is not written full (a write error would take partitions
+	// offline until a restart).
+	var free, reserve int64
+	if pct > 0 {
+		if f, size, ok := s.cfg.DiskFree(s.cfg.DataDir); ok {
+			free, reserve = f, int64(float64(size)*pct/100)
+			if free < reserve {
+				free += s.releaseOverBudget(reserve - free)
+				over = over || free < reserve
+			}
+		}
+	}
 	if over != s.overDisk.Swap(over) {
-		s.logger.Warn("local disk budget", zap.Bool("over", over), zap.Int64("local_bytes", local), zap.Int64("budget", b))
+		s.logger.Warn("local disk budget", zap.Bool("over", over), zap.Int64("local_bytes", local), zap.Int64("budget", b),
+			zap.Int64("free_bytes", free), zap.Int64("reserve_bytes", reserve))
 	}
 }
 

@@ -981,3 +981,77 @@ func TestDeletedTopicObjectsGoEvenAfterAnOutage(t *testing.T) {
 		return err == nil && string(b) == "[]"
 	})
 }
+
+// TestDiskReserveKeepsTheDiskFromFilling: with no byte budget, the free
+// space reserve still protects the file system: while the bucket is away,
+// produce is refused (retriable) once free space falls below the reserve;
+// when the bucket is back, uploaded local copies are released and produce
+// is accepted again. The file system is simulated: 1 MB, less what the
+// partitions hold.
+func TestDiskReserveKeepsTheDiskFromFilling(t *testing.T) {
+	store := tiering.NewMemStore()
+	var away atomic.Bool
+	store.SetFault(func(op, key string) error {
+		if away.Load() {
+			return errors.New("connection refused")
+		}
+		return nil
+	})
+	var srv atomic.Pointer[Server]
+	const size = 1_000_000
+	diskFree := func(string) (int64, int64, bool) {
+		s := srv.Load()
+		if s == nil {
+			return size, size, true
+		}
+		var used int64
+		for _, tp := range s.reg.all() {
+			for _, p := range s.reg.partitionsOf(tp) {
+				used += p.log.LocalBytes()
+			}
+		}
+		return size - used, size, true
+	}
+	ts := startServerConfig(t, Config{Tier: tiering.New(store, nil, 8<<20), MaintenanceInterval: 20 * time.Millisecond,
+		LocalDiskReservePercent: 70, DiskFree: diskFree}) // at most ~300 KB local
+	srv.Store(ts.Server)
+	_, adm := client(t, ts.addr)
+	ctx := ctxT(t)
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("20000")}, "full"); err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.RecordRetries(1))
+	away.Store(true)
+	var acked []*kgo.Record
+	refused := false
+	for i := 0; i < 2000 && !refused; i++ {
+		r := &kgo.Record{Topic: "full", Key: []byte(fmt.Sprint(i)), Value: bytes.Repeat([]byte{byte(i), 3}, 400)}
+		switch err := pr.ProduceSync(ctx, r).FirstErr(); {
+		case err == nil:
+			acked = append(acked, r)
+		case errors.Is(err, kerr.KafkaStorageError):
+			refused = true
+		default:
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !refused {
+		t.Fatal("produce never refused below the free-space reserve while the bucket was away")
+	}
+	away.Store(false)
+	pr2, _ := client(t, ts.addr, kgo.RecordRetries(1))
+	waitUntil(t, 20*time.Second, func() bool {
+		return pr2.ProduceSync(ctx, &kgo.Record{Topic: "full", Key: []byte("after"), Value: []byte("x")}).FirstErr() == nil
+	})
+	got := consumeAll(t, ts.addr, "full", len(acked)+1)
+	byKey := map[string][]byte{}
+	for _, r := range got {
+		byKey[string(r.Key)] = r.Value
+	}
+	for _, r := range acked {
+		if !bytes.Equal(byKey[string(r.Key)], r.Value) {
+			t.Fatalf("acknowledged record %s lost", r.Key)
+		}
+	}
+}

@@ -50,6 +50,7 @@ type serveOptions struct {
 	maintenance       time.Duration
 	diskBudget        int64
 	localRetBytes     int64
+	diskReserve       float64
 	localRetMs        int64
 	groupDelay        time.Duration
 	groupMinSession   time.Duration
@@ -80,6 +81,8 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.tierDiskCache, "tier-disk-cache-bytes", 1<<30, "local-disk budget of the cold-read chunk cache (<data-dir>/tier-cache, emptied at start); 0 disables it")
 	fs.Int64Var(&o.diskBudget, "local-disk-budget", 0,
 		"with tiering: cap on the bytes of local segments; past it local copies of uploaded segments go first (oldest first, whatever local.retention.* keeps), and produce is refused (retriable) only while uploads are behind; 0 = no cap")
+	fs.Float64Var(&o.diskReserve, "local-disk-reserve-percent", 2,
+		"with tiering: share of the data directory's file system kept free; below it local copies of uploaded segments go first, and produce is refused (retriable) while that is not enough, so a long bucket outage never fills the disk; 0 disables it")
 	fs.Int64Var(&o.localRetBytes, "local-retention-bytes", -2,
 		"with tiering: default of the topic config local.retention.bytes, the newest bytes of each partition kept on local disk once uploaded (Kafka's log.local.retention.bytes); -2 = as retention.bytes, -1 = no bound")
 	fs.Int64Var(&o.localRetMs, "local-retention-ms", -2,
@@ -210,20 +213,21 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 	}
 	start := time.Now()
 	srv, err := broker.New(broker.Config{
-		Tier:                tier,
-		MaintenanceInterval: o.maintenance,
-		LocalDiskBudget:     o.diskBudget,
-		LocalRetention:      &broker.LocalRetention{Bytes: o.localRetBytes, Ms: o.localRetMs},
-		DataDir:             dataDir,
-		AdvertisedAddr:      advertised,
-		AutoCreateTopics:    o.autoCreateTopics,
-		DefaultPartitions:   o.defaultPartitions,
-		MaxFrameSize:        o.maxRequestBytes,
-		MaxConnections:      o.maxConnections,
-		IdleTimeout:         o.idleTimeout,
-		FsyncInterval:       o.fsyncInterval,
-		MaxOpenFiles:        o.maxOpenFiles,
-		Logger:              logger.Named("broker"),
+		Tier:                    tier,
+		MaintenanceInterval:     o.maintenance,
+		LocalDiskBudget:         o.diskBudget,
+		LocalRetention:          &broker.LocalRetention{Bytes: o.localRetBytes, Ms: o.localRetMs},
+		LocalDiskReservePercent: o.diskReserve,
+		DataDir:                 dataDir,
+		AdvertisedAddr:          advertised,
+		AutoCreateTopics:        o.autoCreateTopics,
+		DefaultPartitions:       o.defaultPartitions,
+		MaxFrameSize:            o.maxRequestBytes,
+		MaxConnections:          o.maxConnections,
+		IdleTimeout:             o.idleTimeout,
+		FsyncInterval:           o.fsyncInterval,
+		MaxOpenFiles:            o.maxOpenFiles,
+		Logger:                  logger.Named("broker"),
 
 		GroupInitialRebalanceDelay: cmp.Or(o.groupDelay, -1), // 0 on the command line means none
 		GroupMinSessionTimeout:     o.groupMinSession,
