@@ -1055,3 +1055,56 @@ func TestDiskReserveKeepsTheDiskFromFilling(t *testing.T) {
 		}
 	}
 }
+
+// TestBucketPrefixOwnership: a broker restored into an empty data directory
+// takes the prefix over; the broker it was restored from, still running,
+// notices and stops writing there (its new segments are not uploaded, the
+// bucket's manifests stay the new owner's), and once stopped it cannot
+// start on that prefix again with its old data directory.
+func TestBucketPrefixOwnership(t *testing.T) {
+	defer func(d time.Duration) { ownerCheckInterval = d }(ownerCheckInterval)
+	ownerCheckInterval = 20 * time.Millisecond
+	store := tiering.NewMemStore()
+	dirA := t.TempDir()
+	a := startTiered(t, dirA, tiering.New(store, nil, 8<<20))
+	_, adm := client(t, a.addr)
+	ctx := ctxT(t)
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("5000")}, "owned"); err != nil {
+		t.Fatal(err)
+	}
+	prA, _ := client(t, a.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
+	produce := func(cl *kgo.Client, n int) {
+		for i := 0; i < n; i++ {
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "owned", Value: bytes.Repeat([]byte{byte(i)}, 900)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	produce(prA, 20)
+	pA := a.reg.partition(a.reg.get("owned"), 0)
+	waitUntil(t, 10*time.Second, func() bool { st, _ := a.TierStatus(ctx); return st.UploadedSegments > 0 && st.LagSegments == 0 })
+
+	b := startTiered(t, t.TempDir(), tiering.New(store, nil, 8<<20)) // a restore: takes over
+	waitUntil(t, 5*time.Second, func() bool { return a.bucketLost.Load() })
+	manifestBefore, err := tiering.New(store, nil, 0).Manifest(ctx, pA.tierKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(prA, 20) // A seals more segments: they must not reach the bucket
+	time.Sleep(200 * time.Millisecond)
+	if st, _ := a.TierStatus(ctx); st.LagSegments == 0 {
+		t.Fatal("the broker that lost the prefix uploaded its new segments")
+	}
+	manifestAfter, err := tiering.New(store, nil, 0).Manifest(ctx, pA.tierKey())
+	if err != nil || manifestAfter.Next() != manifestBefore.Next() {
+		t.Fatalf("manifest changed after the take-over: next %d -> %d (%v)", manifestBefore.Next(), manifestAfter.Next(), err)
+	}
+	if !b.tierWritable() {
+		t.Fatal("the restored broker does not own the prefix")
+	}
+	a.stop(t)
+	_, err = New(Config{DataDir: dirA, Tier: tiering.New(store, nil, 8<<20)})
+	if !errors.Is(err, errPrefixOwned) {
+		t.Fatalf("restart of the old owner on its data directory: %v, want errPrefixOwned", err)
+	}
+}
