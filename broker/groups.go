@@ -109,7 +109,7 @@ func (s *Server) groupConfig() group.Config {
 // tiering, mirrors the group state to the bucket when it changed.
 func (s *Server) maintainGroups(now time.Time) {
 	s.groups.Maintain(now)
-	if s.tierWritable() {
+	if s.cfg.Tier != nil {
 		s.mirrorGroups(s.ctx)
 	}
 }

@@ -36,13 +36,6 @@ type Server struct {
 	// registry's lock, copied by the maintenance loop (never under that
 	// lock, so a slow bucket cannot stall the requests that look topics
 	// up).
-	// Ownership of the bucket prefix (owner.go).
-	instance     string      // this data directory's id
-	takeOver     bool        // this start restores: it takes the prefix over
-	claimed      atomic.Bool // the prefix is ours
-	bucketLost   atomic.Bool // another broker took it over: no more writes there
-	ownerChecked time.Time   // last checkOwner (maintenance goroutine)
-
 	mirrorMu       sync.Mutex // one copy of topics.json to the bucket at a time
 	forgetMu       sync.Mutex // tier-forget.json
 	topicsMu       sync.Mutex
@@ -106,16 +99,6 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Tier != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		_, err = restoreFromTier(ctx, cfg.DataDir, cfg.Tier, cfg.Logger)
-		if err == nil {
-			s.instance, err = loadInstance(cfg.DataDir)
-		}
-		if err == nil {
-			// A restore (this start's, or one a crash cut short) takes the
-			// prefix over from the broker it restores.
-			_, serr := os.Stat(filepath.Join(cfg.DataDir, restorePending))
-			s.takeOver = serr == nil
-			err = s.claimBucket(ctx, s.takeOver)
-		}
 		cancel()
 		if err != nil {
 			s.store.Close()
@@ -269,12 +252,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if s.cfg.Tier != nil {
 		<-s.maintDone // no upload in flight: offloadAll owns the manifests now
-		if s.tierWritable() {
-			s.offloadAll(ctx)
-			s.mirrorTopics(ctx)
-			if s.groups != nil {
-				s.mirrorGroups(ctx)
-			}
+		s.offloadAll(ctx)
+		s.mirrorTopics(ctx)
+		if s.groups != nil {
+			s.mirrorGroups(ctx)
 		}
 	}
 	s.Close()
@@ -335,7 +316,7 @@ func (s *Server) maintain() {
 	t := time.NewTicker(s.cfg.MaintenanceInterval)
 	defer t.Stop()
 	var swept time.Time
-	if s.tierWritable() {
+	if s.cfg.Tier != nil {
 		s.cleanOrphans() // no upload runs yet: safe
 		swept = time.Now()
 	}
@@ -348,9 +329,6 @@ func (s *Server) maintain() {
 		}
 		now := s.cfg.Now()
 		if s.cfg.Tier != nil {
-			s.checkOwner(s.ctx)
-		}
-		if s.tierWritable() {
 			s.mirrorTopics(s.ctx)
 		}
 		s.maintainGroups(now)
@@ -365,7 +343,7 @@ func (s *Server) maintain() {
 					s.logger.Warn("maintenance", zap.String("topic", tp.name), zap.Int32("partition", p.index), zap.Error(err))
 					continue
 				}
-				if s.tierWritable() && s.ctx.Err() == nil {
+				if s.cfg.Tier != nil && s.ctx.Err() == nil {
 					sem <- struct{}{}
 					wg.Add(1)
 					go func() {
@@ -377,7 +355,7 @@ func (s *Server) maintain() {
 		}
 		wg.Wait()
 		s.checkDiskBudget() // what this pass uploaded can make room
-		if s.tierWritable() && time.Since(swept) >= s.cfg.OrphanSweepInterval {
+		if s.cfg.Tier != nil && time.Since(swept) >= s.cfg.OrphanSweepInterval {
 			s.cleanOrphans() // between passes: no upload is under way
 			swept = time.Now()
 		}

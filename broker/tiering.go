@@ -499,9 +499,6 @@ func (s *Server) readForgetsLocked() map[tiering.PartitionKey]bool {
 // would bring back a topic whose objects are gone), and drops each from
 // forgetFile when its objects are gone. What fails stays for the next sweep.
 func (s *Server) forgetPending(keys []tiering.PartitionKey) {
-	if !s.tierWritable() {
-		return // retried by a sweep once this broker may write there
-	}
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
 	defer cancel()
 	if keys == nil {
