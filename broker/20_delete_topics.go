@@ -33,6 +33,11 @@ func (s *Server) handleDeleteTopics(req *kmsg.DeleteTopicsRequest) (kmsg.Respons
 		if t != nil {
 			st.Topic, st.TopicID = kmsg.StringPtr(t.name), t.id
 			parts := s.reg.partitionsOf(t)
+			if s.cfg.Tier != nil {
+				// Recorded before the topic goes, so a crash in between
+				// cannot leak its objects (a live topic's entry is skipped).
+				s.recordForgets(parts)
+			}
 			if err := s.reg.remove(t); err != nil {
 				st.ErrorCode = s.errorCode(err)
 				st.ErrorMessage = kmsg.StringPtr(err.Error())

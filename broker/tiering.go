@@ -95,10 +95,14 @@ func (s *Server) checkDiskBudget() {
 	if pct > 0 {
 		if f, size, ok := s.cfg.DiskFree(s.cfg.DataDir); ok {
 			free, reserve = f, int64(float64(size)*pct/100)
-			if free < reserve {
-				free += s.releaseOverBudget(reserve - free)
-				over = over || free < reserve
+			// Releasing frees nothing when the store hard-links segments
+			// (the local-directory tier): then produce is only refused.
+			if free < reserve && !s.cfg.Tier.LinksLocalFiles() && s.releaseOverBudget(reserve-free) > 0 {
+				if f, _, ok := s.cfg.DiskFree(s.cfg.DataDir); ok {
+					free = f // what the file system says, not what was meant to go
+				}
 			}
+			over = over || free < reserve
 		}
 	}
 	if over != s.overDisk.Swap(over) {
@@ -428,14 +432,19 @@ func (s *Server) forgetTiered(parts []*partition) {
 	for i, p := range parts {
 		keys[i] = p.tierKey()
 	}
+	go s.forgetPending(keys)
+}
+
+// recordForgets adds parts to forgetFile (DeleteTopics does it before the
+// topic goes).
+func (s *Server) recordForgets(parts []*partition) {
 	if err := s.editForgets(func(m map[tiering.PartitionKey]bool) {
-		for _, k := range keys {
-			m[k] = true
+		for _, p := range parts {
+			m[p.tierKey()] = true
 		}
 	}); err != nil {
 		s.logger.Warn("record a deleted topic's objects for deletion", zap.Error(err))
 	}
-	go s.forgetPending(keys)
 }
 
 // forgetFile lists partitions of deleted topics whose objects may still be

@@ -135,6 +135,18 @@ func (t *Tier) PutMeta(ctx context.Context, key string, b []byte) error {
 	return err
 }
 
+// LinksLocalFiles reports whether the store takes uploaded segments by
+// hard-linking the local files (the local-directory store): deleting a
+// local copy then frees no disk space.
+func (t *Tier) LinksLocalFiles() bool {
+	s := t.store
+	if r, ok := s.(*retryStore); ok {
+		s = r.s
+	}
+	_, ok := s.(FileLinker)
+	return ok
+}
+
 // ManifestCached reports whether the partition's manifest is in memory
 // (Manifest answers without the bucket).
 func (t *Tier) ManifestCached(pk PartitionKey) bool {

@@ -295,7 +295,10 @@ func healthHandler(srv *broker.Server) http.Handler {
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/status", func(w http.ResponseWriter, r *http.Request) {
 		out := map[string]any{"ready": srv.Ready(), "cluster_id": srv.ClusterID()}
-		if st, ok := srv.TierStatus(r.Context()); ok {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second) // as /metrics: a bucket away does not hang it
+		st, ok := srv.TierStatus(ctx)
+		cancel()
+		if ok {
 			out["tier"] = st
 		}
 		w.Header().Set("Content-Type", "application/json")
