@@ -821,11 +821,7 @@ func TestOrphansSweptWhileRunning(t *testing.T) {
 	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("5000")}, "swept"); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 20; i++ {
-		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "swept", Value: bytes.Repeat([]byte{byte(i)}, 900)}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	produceFiller(t, cl, "swept", 20)
 	var logs []string
 	waitUntil(t, 10*time.Second, func() bool {
 		keys, _ := store.List(ctx, "")
@@ -873,9 +869,7 @@ func TestLocalRetentionBrokerDefault(t *testing.T) {
 	}
 	for i := 0; i < 20; i++ {
 		for _, topic := range []string{"bydefault", "keeps"} {
-			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: bytes.Repeat([]byte{byte(i)}, 900)}).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
+			produceFiller(t, cl, topic, 1)
 		}
 	}
 	pDef := ts.reg.partition(ts.reg.get("bydefault"), 0)
@@ -919,11 +913,7 @@ func TestUploadLagWithTheBucketAwayFromTheStart(t *testing.T) {
 	store.SetFault(func(op, key string) error { return errors.New("connection refused") })
 	ts = startTiered(t, dir, tiering.New(store, nil, 8<<20))
 	cl, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
-	for i := 0; i < 20; i++ {
-		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "lagging", Value: bytes.Repeat([]byte{byte(i)}, 900)}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	produceFiller(t, cl, "lagging", 20)
 	sealed := len(ts.reg.partition(ts.reg.get("lagging"), 0).log.SealedSegments())
 	st, _ := ts.TierStatus(ctx)
 	if sealed < 2 || st.LagSegments != int64(sealed) {
@@ -945,11 +935,7 @@ func TestDeletedTopicObjectsGoEvenAfterAnOutage(t *testing.T) {
 	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("5000")}, "doomed"); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 20; i++ {
-		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "doomed", Value: bytes.Repeat([]byte{byte(i)}, 900)}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	produceFiller(t, cl, "doomed", 20)
 	objects := func() int {
 		keys, _ := store.List(ctx, "doomed")
 		return len(keys)
@@ -1052,6 +1038,18 @@ func TestDiskReserveKeepsTheDiskFromFilling(t *testing.T) {
 	for _, r := range acked {
 		if !bytes.Equal(byKey[string(r.Key)], r.Value) {
 			t.Fatalf("acknowledged record %s lost", r.Key)
+		}
+	}
+}
+
+// produceFiller produces n records of 900 bytes to topic, one at a time
+// (acks=all), so small segments roll.
+func produceFiller(t *testing.T, cl *kgo.Client, topic string, n int) {
+	t.Helper()
+	ctx := ctxT(t)
+	for i := 0; i < n; i++ {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: bytes.Repeat([]byte{byte(i)}, 900)}).FirstErr(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
