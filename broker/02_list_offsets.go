@@ -30,6 +30,10 @@ import (
 //   - v4+: the leader epoch is the broker's current epoch.
 func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+	// One deadline for the request's reads from the bucket (uncached
+	// manifests, timestamp lookups), not one per partition.
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
 	for _, rt := range req.Topics {
 		st := kmsg.NewListOffsetsResponseTopic()
 		st.Topic = rt.Topic
@@ -47,7 +51,7 @@ func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest) (kmsg.Response,
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
-			off, ts, code := s.listOffset(p, rp.Timestamp)
+			off, ts, code := s.listOffset(ctx, p, rp.Timestamp)
 			sp.ErrorCode, sp.Offset, sp.Timestamp = code, off, ts
 			if req.Version == 0 && code == 0 && off >= 0 {
 				sp.OldStyleOffsets = []int64{off}
@@ -59,7 +63,7 @@ func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest) (kmsg.Response,
 	return resp, nil
 }
 
-func (s *Server) listOffset(p *partition, ts int64) (offset, timestamp int64, code int16) {
+func (s *Server) listOffset(ctx context.Context, p *partition, ts int64) (offset, timestamp int64, code int16) {
 	lp := p.log
 	if err := lp.Err(); err != nil {
 		return -1, -1, s.errorCode(err)
@@ -77,9 +81,7 @@ func (s *Server) listOffset(p *partition, ts int64) (offset, timestamp int64, co
 		if s.cfg.Tier == nil {
 			return -1, -1, 0
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second) // cached unless just restarted
-		m, err := s.cfg.Tier.Manifest(ctx, p.tierKey())
-		cancel()
+		m, err := s.cfg.Tier.Manifest(ctx, p.tierKey()) // cached unless just restarted
 		if err != nil {
 			return -1, -1, kerr.KafkaStorageError.Code
 		}
@@ -93,9 +95,7 @@ func (s *Server) listOffset(p *partition, ts int64) (offset, timestamp int64, co
 	}
 	if s.cfg.Tier != nil && lp.LogStartOffset() < lp.LocalStartOffset() {
 		// Older data may be in the bucket: look there first.
-		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 		b, err := s.cfg.Tier.BatchForTimestamp(ctx, p.tierKey(), ts)
-		cancel()
 		if err != nil {
 			return -1, -1, kerr.KafkaStorageError.Code
 		}
