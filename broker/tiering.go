@@ -239,14 +239,14 @@ func (s *Server) mirrorTopics(ctx context.Context) bool {
 	return true
 }
 
-// restoreFromTier fills an empty data directory from the bucket: topics.json
-// comes back, every partition is created empty and rebased at the offset
-// after its last uploaded segment, so old data is served cold and new data
-// continues the log. It reports whether anything was restored.
 // restorePending, in the data directory, marks a restore from the bucket
 // not finished yet: partitions may still need rebasing.
 const restorePending = "tier-restore.pending"
 
+// restoreFromTier fills an empty data directory from the bucket: topics.json
+// comes back, every partition is created empty and rebased at the offset
+// after its last uploaded segment, so old data is served cold and new data
+// continues the log. It reports whether anything was restored.
 func restoreFromTier(ctx context.Context, dataDir string, t *tiering.Tier, logger *zap.Logger) (bool, error) {
 	if _, err := os.Stat(filepath.Join(dataDir, topicsFile)); err == nil {
 		return false, nil

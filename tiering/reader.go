@@ -134,11 +134,7 @@ func (t *Tier) Read(ctx context.Context, pk PartitionKey, offset, maxBytes int64
 
 func (t *Tier) read(ctx context.Context, pk PartitionKey, offset, maxBytes int64) (*ColdRead, error) {
 	var m *Manifest
-	err := t.noWaitLoad(ctx, chunkID{pk.manifestKey(), -1}, func() bool {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		return t.manifests[pk] != nil
-	}, func(ctx context.Context) error {
+	err := t.noWaitLoad(ctx, chunkID{pk.manifestKey(), -1}, func() bool { return t.ManifestCached(pk) }, func(ctx context.Context) error {
 		_, err := t.Manifest(ctx, pk)
 		return err
 	})
@@ -282,17 +278,14 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 	pos := int64(0)
 	if offset > seg.Base {
 		ikey := pk.segmentKey(seg.Base, ".index")
-		err := t.noWaitLoad(ctx, chunkID{ikey, -1}, func() bool {
+		cached := func() bool { // a missing index is cached too (as nil)
 			t.mu.Lock()
 			defer t.mu.Unlock()
 			_, ok := t.indexes.get(ikey)
 			return ok
-		}, func(ctx context.Context) error {
-			t.index(ctx, pk, seg.Base)
-			t.mu.Lock()
-			_, cached := t.indexes.get(ikey) // a missing index is cached too (as nil)
-			t.mu.Unlock()
-			if !cached {
+		}
+		err := t.noWaitLoad(ctx, chunkID{ikey, -1}, cached, func(ctx context.Context) error {
+			if t.index(ctx, pk, seg.Base); !cached() {
 				return errNoIndex // the bucket failed: the next read goes without it, once
 			}
 			return nil
@@ -439,12 +432,10 @@ func (t *Tier) noWaitLoad(ctx context.Context, id chunkID, ready func() bool, lo
 	if ctx.Value(noWaitKey{}) == nil || ready() {
 		return nil
 	}
-	t.mu.Lock()
-	if err, failed := t.failed[id]; failed {
-		delete(t.failed, id)
-		t.mu.Unlock()
+	if err := t.takeFailure(id); err != nil {
 		return err
 	}
+	t.mu.Lock()
 	f, busy := t.inflight[id]
 	if !busy {
 		f = newFlight(true)
@@ -453,17 +444,34 @@ func (t *Tier) noWaitLoad(ctx context.Context, id chunkID, ready func() bool, lo
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			err := load(ctx)
 			cancel()
-			t.mu.Lock()
-			delete(t.inflight, id)
-			if err != nil && len(t.failed) < 1024 {
-				t.failed[id] = err
-			}
-			t.mu.Unlock()
-			close(f.done)
+			t.endFlight(id, f, err)
 		}()
 	}
 	t.mu.Unlock()
 	return &NotReadyError{Wait: f.done}
+}
+
+// endFlight ends the background work registered in inflight as id: err
+// (if not nil) is kept for the next no-wait read of id (takeFailure), then
+// f.done closes.
+func (t *Tier) endFlight(id chunkID, f *flight, err error) {
+	t.mu.Lock()
+	delete(t.inflight, id)
+	if err != nil && len(t.failed) < 1024 { // bounded: only the next read needs it
+		t.failed[id] = err
+	}
+	t.mu.Unlock()
+	close(f.done)
+}
+
+// takeFailure returns, once, the error the last background work on id
+// ended with (nil if none).
+func (t *Tier) takeFailure(id chunkID) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	err := t.failed[id]
+	delete(t.failed, id)
+	return err
 }
 
 // index returns the remote .index object of a segment (nil if missing).
@@ -546,8 +554,9 @@ func (t *Tier) eachPiece(ctx context.Context, o object, pos, n int64, use func(e
 // chunk returns chunk ci of an object, from the cache, from a download
 // already in flight, or by downloading it. For a read going on from an
 // earlier one (sequentialKey) it also starts the next readAhead chunks in
-// the background, so a catch-up reader finds them ready. Under a no-wait context a missing chunk is not waited
-// for: its download starts and a *NotReadyError says what to wait on.
+// the background, so a catch-up reader finds them ready. Under a no-wait
+// context a missing chunk is not waited for: its download starts and a
+// *NotReadyError says what to wait on.
 // The caller releases the chunk (t.cache.release) when done with its data.
 func (t *Tier) chunk(ctx context.Context, o object, ci int64) (*chunkEntry, error) {
 	if ctx.Value(noWaitKey{}) != nil {
@@ -565,11 +574,7 @@ func (t *Tier) chunk(ctx context.Context, o object, ci int64) (*chunkEntry, erro
 		// The last background download of this chunk failed: say so once
 		// (the fetch answers an error instead of staying empty), then the
 		// next read starts a new download.
-		t.mu.Lock()
-		err, failed := t.failed[chunkID{o.key, ci}]
-		delete(t.failed, chunkID{o.key, ci})
-		t.mu.Unlock()
-		if failed {
+		if err := t.takeFailure(chunkID{o.key, ci}); err != nil {
 			return nil, err
 		}
 		wait = t.startFetch(o, ci, true)
@@ -712,13 +717,11 @@ func (t *Tier) fetchChunk(ctx context.Context, o object, ci int64) (*chunkEntry,
 // for the next no-wait read, recorded before f.done closes.
 func (t *Tier) download(ctx context.Context, o object, ci int64, f *flight, record bool) (e *chunkEntry, err error) {
 	defer func() {
-		t.mu.Lock()
-		delete(t.inflight, chunkID{o.key, ci})
-		if err != nil && record && len(t.failed) < 1024 { // bounded: only the next read needs it
-			t.failed[chunkID{o.key, ci}] = err
+		var keep error // a read waiting on a download gets its error itself
+		if record {
+			keep = err
 		}
-		t.mu.Unlock()
-		close(f.done)
+		t.endFlight(chunkID{o.key, ci}, f, keep)
 	}()
 	release, err := t.takeSlot(ctx, f)
 	if err != nil {
