@@ -44,7 +44,7 @@ func (s *Server) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest) (kmsg.R
 					continue
 				}
 				v, src := s.topicConfig(set, d.name)
-				def, _ := s.topicConfig(nil, d.name) // what the topic gets unless it sets one
+				def, defSrc := s.topicConfig(nil, d.name) // what the topic gets unless it sets one
 				c := kmsg.NewDescribeConfigsResponseResourceConfig()
 				c.Name, c.Value = d.name, kmsg.StringPtr(v)
 				c.Source = src
@@ -59,7 +59,7 @@ func (s *Server) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest) (kmsg.R
 						syn.Name, syn.Value, syn.Source = d.name, kmsg.StringPtr(v), kmsg.ConfigSourceDynamicTopicConfig
 						c.ConfigSynonyms = append(c.ConfigSynonyms, syn)
 					}
-					if _, bsrc := s.topicConfig(nil, d.name); bsrc == kmsg.ConfigSourceStaticBrokerConfig {
+					if defSrc == kmsg.ConfigSourceStaticBrokerConfig {
 						syn := kmsg.NewDescribeConfigsResponseResourceConfigConfigSynonym()
 						syn.Name, syn.Value, syn.Source = "log."+d.name, kmsg.StringPtr(def), kmsg.ConfigSourceStaticBrokerConfig
 						c.ConfigSynonyms = append(c.ConfigSynonyms, syn)

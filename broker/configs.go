@@ -160,12 +160,16 @@ func configValue(set map[string]string, name string) (string, bool) {
 // (STATIC_BROKER_CONFIG: local.retention.*) or the default.
 // remote.storage.enable follows the broker (a tiered store or not).
 func (s *Server) topicConfig(set map[string]string, name string) (string, kmsg.ConfigSource) {
-	if v, ok := set[name]; ok && (name != remoteStorageEnable || v == strconv.FormatBool(s.cfg.Tier != nil)) {
+	v, ok := set[name]
+	if name == remoteStorageEnable {
+		if truth := strconv.FormatBool(s.cfg.Tier != nil); v != truth {
+			return truth, kmsg.ConfigSourceDefaultConfig // a stored value saying otherwise predates the check
+		}
+	}
+	if ok {
 		return v, kmsg.ConfigSourceDynamicTopicConfig
 	}
 	switch name {
-	case remoteStorageEnable: // a stored value saying otherwise predates the check
-		return strconv.FormatBool(s.cfg.Tier != nil), kmsg.ConfigSourceDefaultConfig
 	case "local.retention.bytes", "local.retention.ms":
 		n := s.cfg.LocalRetention.Bytes
 		if name == "local.retention.ms" {
