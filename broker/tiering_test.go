@@ -405,17 +405,8 @@ func TestInterruptedRestoreIsFinished(t *testing.T) {
 // never written to) restarts while the bucket is unreachable; only a
 // restore in progress needs the bucket to start.
 func TestRestartWithTheBucketAway(t *testing.T) {
-	store := tiering.NewMemStore()
-	dir := t.TempDir()
-	ts := startTiered(t, dir, tiering.New(store, nil, 8<<20))
-	_, adm := client(t, ts.addr)
+	ts2 := restartWithTheBucketAway(t, 2, nil, "empty")
 	ctx := ctxT(t)
-	if _, err := adm.CreateTopic(ctx, 2, 1, nil, "empty"); err != nil {
-		t.Fatal(err)
-	}
-	ts.stop(t)
-	store.SetFault(func(op, key string) error { return errors.New("connection refused") })
-	ts2 := startTiered(t, dir, tiering.New(store, nil, 8<<20))
 	pr, _ := client(t, ts2.addr)
 	if err := pr.ProduceSync(ctx, &kgo.Record{Topic: "empty", Value: []byte("x")}).FirstErr(); err != nil {
 		t.Fatalf("produce after a restart with the bucket away: %v", err)
@@ -901,17 +892,8 @@ func TestLocalRetentionBrokerDefault(t *testing.T) {
 // read since the start (a restart with the bucket away), every sealed
 // segment counts as upload lag instead of none.
 func TestUploadLagWithTheBucketAwayFromTheStart(t *testing.T) {
-	store := tiering.NewMemStore()
-	dir := t.TempDir()
-	ts := startTiered(t, dir, tiering.New(store, nil, 8<<20))
-	_, adm := client(t, ts.addr)
+	ts := restartWithTheBucketAway(t, 1, map[string]*string{"segment.bytes": kstr("5000")}, "lagging")
 	ctx := ctxT(t)
-	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("5000")}, "lagging"); err != nil {
-		t.Fatal(err)
-	}
-	ts.stop(t)
-	store.SetFault(func(op, key string) error { return errors.New("connection refused") })
-	ts = startTiered(t, dir, tiering.New(store, nil, 8<<20))
 	cl, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
 	produceFiller(t, cl, "lagging", 20)
 	sealed := len(ts.reg.partition(ts.reg.get("lagging"), 0).log.SealedSegments())
@@ -1052,4 +1034,21 @@ func produceFiller(t *testing.T, cl *kgo.Client, topic string, n int) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// restartWithTheBucketAway starts a tiered broker, creates topic with
+// partitions and cfg, stops it, and starts it again on the same data
+// directory with every bucket operation failing.
+func restartWithTheBucketAway(t *testing.T, partitions int32, cfg map[string]*string, topic string) *testServer {
+	t.Helper()
+	store := tiering.NewMemStore()
+	dir := t.TempDir()
+	ts := startTiered(t, dir, tiering.New(store, nil, 8<<20))
+	_, adm := client(t, ts.addr)
+	if _, err := adm.CreateTopic(ctxT(t), partitions, 1, cfg, topic); err != nil {
+		t.Fatal(err)
+	}
+	ts.stop(t)
+	store.SetFault(func(op, key string) error { return errors.New("connection refused") })
+	return startTiered(t, dir, tiering.New(store, nil, 8<<20))
 }
