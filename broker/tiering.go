@@ -78,12 +78,7 @@ func (s *Server) checkDiskBudget() {
 	}
 	s.budgetMu.Lock()
 	defer s.budgetMu.Unlock()
-	var local int64
-	for _, tp := range s.reg.all() {
-		for _, p := range s.reg.partitionsOf(tp) {
-			local += p.log.LocalBytes()
-		}
-	}
+	local := s.localBytes()
 	if b > 0 && local > b {
 		local -= s.releaseOverBudget(local - b)
 	}
@@ -109,6 +104,17 @@ func (s *Server) checkDiskBudget() {
 		s.logger.Warn("local disk budget", zap.Bool("over", over), zap.Int64("local_bytes", local), zap.Int64("budget", b),
 			zap.Int64("free_bytes", free), zap.Int64("reserve_bytes", reserve))
 	}
+}
+
+// localBytes is the bytes of every partition's local segments.
+func (s *Server) localBytes() int64 {
+	var n int64
+	for _, tp := range s.reg.all() {
+		for _, p := range s.reg.partitionsOf(tp) {
+			n += p.log.LocalBytes()
+		}
+	}
+	return n
 }
 
 // releaseOverBudget deletes local copies of uploaded sealed segments until

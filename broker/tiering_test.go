@@ -185,38 +185,57 @@ func TestBucketOutageDiskBudget(t *testing.T) {
 	if _, err := adm.CreateTopic(ctx, 1, 1, cfg, "budget"); err != nil {
 		t.Fatal(err)
 	}
-	pr, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.RecordRetries(1))
 	away.Store(true)
-	var acked []*kgo.Record
-	refused := false
-	for i := 0; i < 400 && !refused; i++ {
-		r := &kgo.Record{Topic: "budget", Key: []byte(fmt.Sprint(i)), Value: bytes.Repeat([]byte{byte(i), 7, byte(i >> 3)}, 400)}
-		err := pr.ProduceSync(ctx, r).FirstErr()
-		switch {
-		case err == nil:
-			acked = append(acked, r)
-		case errors.Is(err, kerr.KafkaStorageError):
-			refused = true
-		default:
-			t.Fatal(err)
-		}
-		time.Sleep(2 * time.Millisecond) // let maintenance see the growth
-	}
+	acked, refused := produceUntilRefused(t, ts.addr, "budget", 400, 2*time.Millisecond, // let maintenance see the growth
+		func(i int) []byte { return bytes.Repeat([]byte{byte(i), 7, byte(i >> 3)}, 400) })
 	if !refused {
 		t.Fatal("produce never refused past the local disk budget while the bucket was away")
 	}
-	t.Logf("refused after %d records at %v", len(acked), time.Now().Format("15:04:05.000"))
 	if !kerr.KafkaStorageError.Retriable {
 		t.Fatal("the refusal must be retriable")
 	}
 	away.Store(false)
-	// A fresh client: the first one may be backing off after the refusals.
-	pr2, _ := client(t, ts.addr, kgo.RecordRetries(1))
+	acceptedAgainNothingLost(t, ts.addr, "budget", acked)
+}
+
+// produceUntilRefused produces records (key i, value value(i)) to topic one
+// at a time, pausing between them, until one is refused with
+// KAFKA_STORAGE_ERROR or max were sent (any other error fails t). It
+// returns the acknowledged records and whether one was refused.
+func produceUntilRefused(t *testing.T, addr, topic string, max int, pause time.Duration, value func(i int) []byte) ([]*kgo.Record, bool) {
+	t.Helper()
+	ctx := ctxT(t)
+	pr, _ := client(t, addr, kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.RecordRetries(1))
+	var acked []*kgo.Record
+	for i := 0; i < max; i++ {
+		r := &kgo.Record{Topic: topic, Key: []byte(fmt.Sprint(i)), Value: value(i)}
+		switch err := pr.ProduceSync(ctx, r).FirstErr(); {
+		case err == nil:
+			acked = append(acked, r)
+		case errors.Is(err, kerr.KafkaStorageError):
+			t.Logf("refused after %d records at %v", len(acked), time.Now().Format("15:04:05.000"))
+			return acked, true
+		default:
+			t.Fatal(err)
+		}
+		time.Sleep(pause)
+	}
+	return acked, false
+}
+
+// acceptedAgainNothingLost waits until topic accepts a record again (from
+// a fresh client: the first may be backing off after refusals), then reads
+// the topic back and fails t unless every acknowledged record is there,
+// byte-exact.
+func acceptedAgainNothingLost(t *testing.T, addr, topic string, acked []*kgo.Record) {
+	t.Helper()
+	ctx := ctxT(t)
+	pr, _ := client(t, addr, kgo.RecordRetries(1))
 	waitUntil(t, 20*time.Second, func() bool {
-		return pr2.ProduceSync(ctx, &kgo.Record{Topic: "budget", Key: []byte("after"), Value: []byte("x")}).FirstErr() == nil
+		return pr.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("after"), Value: []byte("x")}).FirstErr() == nil
 	})
 	t.Logf("accepted again at %v", time.Now().Format("15:04:05.000"))
-	got := consumeAll(t, ts.addr, "budget", len(acked)+1)
+	got := consumeAll(t, addr, topic, len(acked)+1)
 	byKey := map[string][]byte{}
 	for _, r := range got {
 		byKey[string(r.Key)] = r.Value
@@ -804,15 +823,8 @@ func TestRemoteStorageEnableFollowsTheBroker(t *testing.T) {
 // what the manifest names stays.
 func TestOrphansSweptWhileRunning(t *testing.T) {
 	store := tiering.NewMemStore()
-	ts := startServerConfig(t, Config{Tier: tiering.New(store, nil, 8<<20), MaintenanceInterval: 20 * time.Millisecond,
-		OrphanSweepInterval: 100 * time.Millisecond})
-	_, adm := client(t, ts.addr)
-	cl, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
+	sweepingBroker(t, store, "swept")
 	ctx := ctxT(t)
-	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("5000")}, "swept"); err != nil {
-		t.Fatal(err)
-	}
-	produceFiller(t, cl, "swept", 20)
 	var logs []string
 	waitUntil(t, 10*time.Second, func() bool {
 		keys, _ := store.List(ctx, "")
@@ -909,15 +921,9 @@ func TestUploadLagWithTheBucketAwayFromTheStart(t *testing.T) {
 // topics.json without the topic, then deletes the topic's objects.
 func TestDeletedTopicObjectsGoEvenAfterAnOutage(t *testing.T) {
 	store := tiering.NewMemStore()
-	ts := startServerConfig(t, Config{Tier: tiering.New(store, nil, 8<<20), MaintenanceInterval: 20 * time.Millisecond,
-		OrphanSweepInterval: 100 * time.Millisecond})
+	ts := sweepingBroker(t, store, "doomed")
 	_, adm := client(t, ts.addr)
-	cl, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
 	ctx := ctxT(t)
-	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("5000")}, "doomed"); err != nil {
-		t.Fatal(err)
-	}
-	produceFiller(t, cl, "doomed", 20)
 	objects := func() int {
 		keys, _ := store.List(ctx, "doomed")
 		return len(keys)
@@ -972,13 +978,7 @@ func TestDiskReserveKeepsTheDiskFromFilling(t *testing.T) {
 		if s == nil {
 			return size, size, true
 		}
-		var used int64
-		for _, tp := range s.reg.all() {
-			for _, p := range s.reg.partitionsOf(tp) {
-				used += p.log.LocalBytes()
-			}
-		}
-		return size - used, size, true
+		return size - s.localBytes(), size, true
 	}
 	ts := startServerConfig(t, Config{Tier: tiering.New(store, nil, 8<<20), MaintenanceInterval: 20 * time.Millisecond,
 		LocalDiskReservePercent: 70, DiskFree: diskFree}) // at most ~300 KB local
@@ -988,40 +988,14 @@ func TestDiskReserveKeepsTheDiskFromFilling(t *testing.T) {
 	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("20000")}, "full"); err != nil {
 		t.Fatal(err)
 	}
-	pr, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.RecordRetries(1))
 	away.Store(true)
-	var acked []*kgo.Record
-	refused := false
-	for i := 0; i < 2000 && !refused; i++ {
-		r := &kgo.Record{Topic: "full", Key: []byte(fmt.Sprint(i)), Value: bytes.Repeat([]byte{byte(i), 3}, 400)}
-		switch err := pr.ProduceSync(ctx, r).FirstErr(); {
-		case err == nil:
-			acked = append(acked, r)
-		case errors.Is(err, kerr.KafkaStorageError):
-			refused = true
-		default:
-			t.Fatal(err)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	acked, refused := produceUntilRefused(t, ts.addr, "full", 2000, time.Millisecond,
+		func(i int) []byte { return bytes.Repeat([]byte{byte(i), 3}, 400) })
 	if !refused {
 		t.Fatal("produce never refused below the free-space reserve while the bucket was away")
 	}
 	away.Store(false)
-	pr2, _ := client(t, ts.addr, kgo.RecordRetries(1))
-	waitUntil(t, 20*time.Second, func() bool {
-		return pr2.ProduceSync(ctx, &kgo.Record{Topic: "full", Key: []byte("after"), Value: []byte("x")}).FirstErr() == nil
-	})
-	got := consumeAll(t, ts.addr, "full", len(acked)+1)
-	byKey := map[string][]byte{}
-	for _, r := range got {
-		byKey[string(r.Key)] = r.Value
-	}
-	for _, r := range acked {
-		if !bytes.Equal(byKey[string(r.Key)], r.Value) {
-			t.Fatalf("acknowledged record %s lost", r.Key)
-		}
-	}
+	acceptedAgainNothingLost(t, ts.addr, "full", acked)
 }
 
 // produceFiller produces n records of 900 bytes to topic, one at a time
@@ -1051,4 +1025,20 @@ func restartWithTheBucketAway(t *testing.T, partitions int32, cfg map[string]*st
 	ts.stop(t)
 	store.SetFault(func(op, key string) error { return errors.New("connection refused") })
 	return startTiered(t, dir, tiering.New(store, nil, 8<<20))
+}
+
+// sweepingBroker starts a tiered broker on store sweeping orphans every
+// 100 ms, with topic (one partition, 5000-byte segments) holding 20
+// records of 900 bytes: a few sealed segments.
+func sweepingBroker(t *testing.T, store *tiering.MemStore, topic string) *testServer {
+	t.Helper()
+	ts := startServerConfig(t, Config{Tier: tiering.New(store, nil, 8<<20), MaintenanceInterval: 20 * time.Millisecond,
+		OrphanSweepInterval: 100 * time.Millisecond})
+	_, adm := client(t, ts.addr)
+	if _, err := adm.CreateTopic(ctxT(t), 1, 1, map[string]*string{"segment.bytes": kstr("5000")}, topic); err != nil {
+		t.Fatal(err)
+	}
+	cl, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
+	produceFiller(t, cl, topic, 20)
+	return ts
 }
