@@ -169,14 +169,7 @@ func kstr(s string) *string { return &s }
 // bucket returns, uploads catch up, local copies are released and produce
 // works again. Nothing acknowledged is lost.
 func TestBucketOutageDiskBudget(t *testing.T) {
-	store := tiering.NewMemStore()
-	var away atomic.Bool
-	store.SetFault(func(op, key string) error {
-		if away.Load() {
-			return errors.New("connection refused")
-		}
-		return nil
-	})
+	store, away := storeThatGoesAway()
 	ts := startServerConfig(t, Config{Tier: tiering.New(store, nil, 8<<20), MaintenanceInterval: 20 * time.Millisecond,
 		LocalDiskBudget: 200_000})
 	_, adm := client(t, ts.addr)
@@ -963,14 +956,7 @@ func TestDeletedTopicObjectsGoEvenAfterAnOutage(t *testing.T) {
 // is accepted again. The file system is simulated: 1 MB, less what the
 // partitions hold.
 func TestDiskReserveKeepsTheDiskFromFilling(t *testing.T) {
-	store := tiering.NewMemStore()
-	var away atomic.Bool
-	store.SetFault(func(op, key string) error {
-		if away.Load() {
-			return errors.New("connection refused")
-		}
-		return nil
-	})
+	store, away := storeThatGoesAway()
 	var srv atomic.Pointer[Server]
 	const size = 1_000_000
 	diskFree := func(string) (int64, int64, bool) {
@@ -1041,4 +1027,18 @@ func sweepingBroker(t *testing.T, store *tiering.MemStore, topic string) *testSe
 	cl, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
 	produceFiller(t, cl, topic, 20)
 	return ts
+}
+
+// storeThatGoesAway returns a memory store whose every operation fails
+// (connection refused) while the returned flag is set.
+func storeThatGoesAway() (*tiering.MemStore, *atomic.Bool) {
+	store := tiering.NewMemStore()
+	away := new(atomic.Bool)
+	store.SetFault(func(op, key string) error {
+		if away.Load() {
+			return errors.New("connection refused")
+		}
+		return nil
+	})
+	return store, away
 }
