@@ -735,7 +735,6 @@ func TestCacheEvictsWhatIsOnDiskFirst(t *testing.T) {
 func TestReadAheadCrossesSegments(t *testing.T) {
 	f := newFixture(t)
 	f.tier = New(f.store, zaptest.NewLogger(t), 8*chunkSize) // room for the read-ahead
-	ctx := context.Background()
 	m := f.offload(80)
 	if len(m.Segments) < readAhead+3 {
 		t.Fatalf("%d segments", len(m.Segments))
@@ -750,17 +749,7 @@ func TestReadAheadCrossesSegments(t *testing.T) {
 		}
 		return nil
 	})
-	for {
-		r, wait, err := f.tier.ReadNoWait(ctx, f.pk, 0, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if wait == nil {
-			r.Release()
-			break
-		}
-		<-wait
-	}
+	readWhenReady(t, f.tier, f.pk, 0, 1, 100).Release()
 	want := map[string]bool{}
 	for i := 0; i <= readAhead; i++ { // segment 0 and the next readAhead (one chunk each)
 		want[segmentObject(f.pk, &m.Segments[i]).key] = true
@@ -964,20 +953,9 @@ func TestReadAheadOnlyForReadersGoingOn(t *testing.T) {
 	gets := countLogGets(st)
 	read := func(offset int64) int64 {
 		t.Helper()
-		for i := 0; i < 100; i++ {
-			r, wait, err := tier.ReadNoWait(ctx, pk, offset, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if wait == nil {
-				next := r.Next
-				r.Release()
-				return next
-			}
-			<-wait
-		}
-		t.Fatal("read never became ready")
-		return 0
+		r := readWhenReady(t, tier, pk, offset, 1, 100)
+		defer r.Release()
+		return r.Next
 	}
 	next := read(40) // about 40 MiB in: chunk 5
 	waitDownloadsDone(t, tier, 5*time.Second)
@@ -1206,23 +1184,11 @@ func TestNoWaitReadWithoutARemoteIndex(t *testing.T) {
 	}
 	tier := New(f.store, zaptest.NewLogger(t), 1<<20)
 	offset := seg.Base + 2
-	for i := 0; ; i++ {
-		r, wait, err := tier.ReadNoWait(ctx, f.pk, offset, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if wait == nil {
-			h, _ := log.ParseBatchHeader(r.Bytes())
-			r.Release()
-			if h.BaseOffset != offset {
-				t.Fatalf("read batch %d, want %d", h.BaseOffset, offset)
-			}
-			break
-		}
-		if i > 10 {
-			t.Fatal("never ready")
-		}
-		<-wait
+	r := readWhenReady(t, tier, f.pk, offset, 1, 12)
+	h, _ := log.ParseBatchHeader(r.Bytes())
+	r.Release()
+	if h.BaseOffset != offset {
+		t.Fatalf("read batch %d, want %d", h.BaseOffset, offset)
 	}
 	tier.mu.Lock()
 	defer tier.mu.Unlock()
@@ -1241,4 +1207,23 @@ func countLogGets(st *MemStore) *atomic.Int64 {
 		return nil
 	})
 	return &n
+}
+
+// readWhenReady is a no-wait read of pk at offset that waits out chunks (or
+// a manifest or index) still loading, failing t after tries reads; the
+// caller releases the result.
+func readWhenReady(t *testing.T, tier *Tier, pk PartitionKey, offset, maxBytes int64, tries int) *ColdRead {
+	t.Helper()
+	for i := 0; i < tries; i++ {
+		r, wait, err := tier.ReadNoWait(context.Background(), pk, offset, maxBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wait == nil {
+			return r
+		}
+		<-wait
+	}
+	t.Fatal("read never became ready")
+	return nil
 }
