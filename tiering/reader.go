@@ -318,11 +318,15 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 			pos, suspect = 0, false
 			continue
 		}
-		hdr, err := t.appendAt(ctx, hbuf[:0], o, pos, log.BatchHeaderSize)
-		if err != nil {
-			return false, err
+		var h log.BatchHeader
+		err := fmt.Errorf("%d bytes left, short of a batch header", seg.Size-pos)
+		if pos+log.BatchHeaderSize <= seg.Size {
+			hdr, rerr := t.appendAt(ctx, hbuf[:0], o, pos, log.BatchHeaderSize)
+			if rerr != nil {
+				return false, rerr
+			}
+			h, err = log.ParseBatchHeader(hdr)
 		}
-		h, err := log.ParseBatchHeader(hdr)
 		if err != nil || pos+int64(h.Length) > seg.Size {
 			if suspect {
 				t.badIndex(pk, seg.Base)
@@ -532,6 +536,9 @@ func (t *Tier) appendAt(ctx context.Context, out []byte, o object, pos, n int64)
 // use with each chunk (whose reference use takes over) and the range of it
 // that is next.
 func (t *Tier) eachPiece(ctx context.Context, o object, pos, n int64, use func(e *chunkEntry, off, take int64)) error {
+	if pos < 0 || n < 0 || pos+n > o.size {
+		return fmt.Errorf("tiering: %s: read of [%d,+%d) past the object's %d bytes", o.key, pos, n, o.size)
+	}
 	for n > 0 {
 		ci := pos / chunkSize
 		e, err := t.chunk(ctx, o, ci)
@@ -738,6 +745,9 @@ func (t *Tier) download(ctx context.Context, o object, ci int64, f *flight, reco
 	}
 	start := ci * chunkSize
 	n := min(chunkSize, o.size-start)
+	if n <= 0 || o.sums != nil && ci >= int64(len(o.sums)) {
+		return nil, fmt.Errorf("tiering: %s: chunk %d is past the object's %d bytes", o.key, ci, o.size)
+	}
 	pause, resume := func() {}, func() {}
 	if record {
 		// A background download gives up after a minute without progress
@@ -1261,13 +1271,28 @@ func (t *Tier) BatchForTimestamp(ctx context.Context, pk PartitionKey, ts int64)
 		o := segmentObject(pk, &seg)
 		key := o.key
 		pos := log.TimeIndexLookup(t.indexObject(ctx, pk, seg.Base, ".timeindex"), t.index(ctx, pk, seg.Base), seg.Base, ts)
-		suspect := pos > 0 // derived data: until a batch header parses there
-		for pos < seg.Size {
-			hdr, err := t.readAt(ctx, o, pos, log.BatchHeaderSize)
-			if err != nil {
-				return nil, err
+		// Derived data: a position from it is suspect until the batch
+		// served from there passes its CRC. A suspect position that leads
+		// nowhere (past the end, a bad header, a bad batch) sends the walk
+		// back to the segment's start.
+		suspect := pos > 0
+		for {
+			if pos >= seg.Size {
+				if !suspect {
+					break
+				}
+				pos, suspect = 0, false
+				continue
 			}
-			h, err := log.ParseBatchHeader(hdr)
+			var h log.BatchHeader
+			err := fmt.Errorf("%d bytes left, short of a batch header", seg.Size-pos)
+			if pos+log.BatchHeaderSize <= seg.Size {
+				hdr, rerr := t.readAt(ctx, o, pos, log.BatchHeaderSize)
+				if rerr != nil {
+					return nil, rerr
+				}
+				h, err = log.ParseBatchHeader(hdr)
+			}
 			if err != nil || pos+int64(h.Length) > seg.Size {
 				if suspect {
 					pos, suspect = 0, false
@@ -1275,13 +1300,16 @@ func (t *Tier) BatchForTimestamp(ctx context.Context, pk PartitionKey, ts int64)
 				}
 				return nil, fmt.Errorf("tiering: %s at byte %d: bad batch header: %v", key, pos, err)
 			}
-			suspect = false
 			if h.MaxTimestamp >= ts && h.LastOffset() >= m.LogStartOffset {
 				b, err := t.readAt(ctx, o, pos, int64(h.Length))
 				if err != nil {
 					return nil, err
 				}
 				if !log.VerifyBatch(b, &h) {
+					if suspect {
+						pos, suspect = 0, false
+						continue
+					}
 					t.cache.dropKey(key)
 					return nil, fmt.Errorf("tiering: %s at byte %d: crc mismatch", key, pos)
 				}

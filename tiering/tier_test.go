@@ -630,12 +630,14 @@ func TestFetchRateBoundsColdDownloads(t *testing.T) {
 }
 
 // TestColdReadSurvivesABadIndex: a remote index whose entries (checksum and
-// all) point into the middle of batches, or at later batches than they
-// claim, must not turn verified chunks into garbage or skip records: the
-// first batch read from it fails its CRC or does not hold the offset, the
-// index is dropped and the segment is walked from its start.
+// all) point into the middle of batches, at later batches than they claim,
+// or into the last bytes of the object (short of a batch header), must not
+// turn verified chunks into garbage or skip records: the first batch read
+// from it fails its CRC or does not hold the offset, the index is dropped
+// and the segment is walked from its start. Timestamp lookups, which start
+// from the same index, find their batch too.
 func TestColdReadSurvivesABadIndex(t *testing.T) {
-	for _, bend := range []string{"inside", "later"} {
+	for _, bend := range []string{"inside", "later", "end"} {
 		t.Run(bend, func(t *testing.T) {
 			f := newFixture(t)
 			ctx := context.Background()
@@ -653,7 +655,7 @@ func TestColdReadSurvivesABadIndex(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				for e := idx[hdr:]; len(e) >= 8; e = e[8:] {
+				for i, e := 0, idx[hdr:]; len(e) >= 8; i, e = i+1, e[8:] {
 					pos := be.Uint32(e[4:])
 					switch bend {
 					case "inside":
@@ -662,6 +664,8 @@ func TestColdReadSurvivesABadIndex(t *testing.T) {
 						if next := pos + 12 + be.Uint32(obj[pos+8:]); int(next) < len(obj) {
 							pos = next
 						}
+					case "end": // still increasing, as the index's own check wants
+						pos = uint32(len(obj) - 30 + i)
 					}
 					be.PutUint32(e[4:], pos)
 					bent++
@@ -684,6 +688,17 @@ func TestColdReadSurvivesABadIndex(t *testing.T) {
 				h, err := log.ParseBatchHeader(got)
 				if err != nil || h.BaseOffset > off || h.LastOffset() < off || !bytes.Equal(got, f.want[h.BaseOffset]) {
 					t.Fatalf("read %d: wrong batch (header %+v, err %v)", off, h, err)
+				}
+			}
+			f.tier = New(f.store, zaptest.NewLogger(t), 1<<20)
+			for off := m.LogStartOffset; off < m.Next(); off++ {
+				ts := 1000 + off // offload: batch i has timestamp 1000+i
+				got, err := f.tier.BatchForTimestamp(ctx, f.pk, ts)
+				if err != nil {
+					t.Fatalf("timestamp %d: %v", ts, err)
+				}
+				if !bytes.Equal(got, f.want[off]) {
+					t.Fatalf("timestamp %d: not batch %d", ts, off)
 				}
 			}
 		})
