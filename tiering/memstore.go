@@ -22,6 +22,9 @@ func checkRange(key string, size, off, n int64) (int64, error) {
 	}
 	if n < 0 {
 		n = size - off
+		if n > maxWholeObject {
+			return 0, fmt.Errorf("get %q from %d: %d bytes: %w", key, off, n, ErrTooLarge)
+		}
 	}
 	return n, nil
 }

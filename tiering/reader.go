@@ -478,6 +478,10 @@ func (t *Tier) takeFailure(id chunkID) error {
 	return err
 }
 
+// maxRemoteIndex is the largest remote index used (the log's own bound on
+// an index file): a larger one is not ours, and is not cached.
+const maxRemoteIndex = 64 << 20
+
 // index returns the remote .index object of a segment (nil if missing).
 func (t *Tier) index(ctx context.Context, pk PartitionKey, base int64) []byte {
 	return t.indexObject(ctx, pk, base, ".index")
@@ -495,7 +499,10 @@ func (t *Tier) indexObject(ctx context.Context, pk PartitionKey, base int64, ext
 		return b
 	}
 	b, err := t.store.GetRange(ctx, key, 0, -1)
-	if err != nil && !errors.Is(err, ErrNotFound) {
+	switch {
+	case errors.Is(err, ErrTooLarge) || len(b) > maxRemoteIndex:
+		b = nil // not an index of ours: cached as missing, a scan works
+	case err != nil && !errors.Is(err, ErrNotFound):
 		return nil // transient: scan from the segment start this time, ask again next time
 	}
 	t.downloadedBytes.Add(int64(len(b)))

@@ -29,7 +29,7 @@ type retryStore struct {
 // (a dial or response-header timeout also matches
 // context.DeadlineExceeded) is transient while ctx itself is alive.
 func permanent(ctx context.Context, err error) bool {
-	return err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, ErrBadRange) ||
+	return err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, ErrBadRange) || errors.Is(err, ErrTooLarge) ||
 		ctx.Err() != nil
 }
 

@@ -490,9 +490,17 @@ func (s *S3) GetRange(ctx context.Context, key string, off, n int64) ([]byte, er
 			return nil, err
 		}
 	}
-	b := bytes.NewBuffer(make([]byte, 0, max(aws.ToInt64(out.ContentLength), 0)))
-	if _, err := b.ReadFrom(out.Body); err != nil {
+	size := aws.ToInt64(out.ContentLength)
+	if size > maxWholeObject {
+		return nil, fmt.Errorf("s3 get %q from %d: %d bytes: %w", key, off, size, ErrTooLarge)
+	}
+	b := bytes.NewBuffer(make([]byte, 0, max(size, 0)))
+	// Bounded whatever the length header said (or if it said nothing).
+	if _, err := b.ReadFrom(io.LimitReader(out.Body, maxWholeObject+1)); err != nil {
 		return nil, s.s3Err("get", key, err)
+	}
+	if int64(b.Len()) > maxWholeObject {
+		return nil, fmt.Errorf("s3 get %q from %d: over %d bytes: %w", key, off, maxWholeObject, ErrTooLarge)
 	}
 	return b.Bytes(), nil
 }

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -439,5 +440,45 @@ func TestS3CustomCABundle(t *testing.T) {
 	got, err := st.GetRange(context.Background(), "o", 0, -1)
 	if err != nil || string(got) != "ok" {
 		t.Fatalf("GET over TLS with the CA bundle: %q, %v", got, err)
+	}
+}
+
+// TestS3WholeObjectIsBounded: a read to the end of an object allocates by
+// the Content-Length the server sends only up to maxWholeObject; past it
+// (or past it with no length at all) the read is ErrTooLarge, final, not
+// retried, and nothing of that size is allocated.
+func TestS3WholeObjectIsBounded(t *testing.T) {
+	defer func(m int64) { maxWholeObject = m }(maxWholeObject)
+	maxWholeObject = 1 << 20
+	var gets atomic.Int32
+	st := s3Serving(t, func(w http.ResponseWriter, r *http.Request) {
+		gets.Add(1)
+		switch r.URL.Path {
+		case "/b/lies": // claims a terabyte, sends 3 bytes
+			w.Header().Set("Content-Length", fmt.Sprint(int64(1)<<40))
+			w.Write([]byte("abc"))
+		case "/b/long": // no length, more than the bound
+			w.(http.Flusher).Flush()
+			w.Write(make([]byte, maxWholeObject+4096))
+		default:
+			w.Write([]byte("small"))
+		}
+	})
+	ctx := context.Background()
+	for _, key := range []string{"lies", "long"} {
+		gets.Store(0)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		b, err := Retrying(st, 3).GetRange(ctx, key, 0, -1)
+		runtime.ReadMemStats(&after)
+		if !errors.Is(err, ErrTooLarge) || gets.Load() != 1 {
+			t.Fatalf("%s: %d bytes, %v after %d GETs; want ErrTooLarge after one", key, len(b), err, gets.Load())
+		}
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+			t.Fatalf("%s: allocated %d bytes", key, grew)
+		}
+	}
+	if b, err := st.GetRange(ctx, "small", 0, -1); err != nil || string(b) != "small" {
+		t.Fatalf("small object: %q, %v", b, err)
 	}
 }

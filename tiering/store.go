@@ -17,6 +17,17 @@ var ErrNotFound = errors.New("tiering: object not found")
 // ErrExists means a conditional create found the object already there.
 var ErrExists = errors.New("tiering: object already exists")
 
+// ErrTooLarge means a read to the end of an object (a manifest, an index,
+// mirrored metadata: objects read whole) would take more than
+// maxWholeObject bytes: not an object of ours, and never an allocation of
+// whatever size the store reports.
+var ErrTooLarge = errors.New("tiering: object too large to read whole")
+
+// maxWholeObject bounds a read to the end of an object. The largest ones
+// read whole are manifests, about 1.4 KB per segment: 256 MiB is some
+// 180,000 segments in one partition. (A variable for tests.)
+var maxWholeObject int64 = 256 << 20
+
 // ObjectStore is the slice of an object store tiering needs. It is an
 // interface because it has several real implementations: S3 (and any
 // S3-compatible server), a local directory, and memory.
@@ -31,8 +42,10 @@ type ObjectStore interface {
 	// PutIfAbsent is Put that fails with ErrExists if key exists
 	// (S3: If-None-Match: *).
 	PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error
-	// GetRange returns n bytes of key starting at off (n < 0: to the end).
-	// A range past the end is an error; ErrNotFound if the key is missing.
+	// GetRange returns n bytes of key starting at off (n < 0: to the end,
+	// at most maxWholeObject bytes, else ErrTooLarge before anything is
+	// allocated for it). A range past the end is an error; ErrNotFound if
+	// the key is missing.
 	GetRange(ctx context.Context, key string, off, n int64) ([]byte, error)
 	// Delete removes key; deleting a missing key is not an error.
 	Delete(ctx context.Context, key string) error

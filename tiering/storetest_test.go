@@ -256,6 +256,18 @@ func testObjectStore(t *testing.T, s ObjectStore) {
 		wantGet(t, "empty/obj2", 0, -1, []byte{})
 	})
 
+	t.Run("WholeTooLarge", func(t *testing.T) {
+		// Reads to the end are bounded (maxWholeObject, lowered here);
+		// ranges of any object are not.
+		defer func(m int64) { maxWholeObject = m }(maxWholeObject)
+		maxWholeObject = 64 << 10
+		data := randBytes(5, 64<<10+1)
+		put(t, "whole/big", data)
+		wantErr(t, "whole/big", 0, -1, ErrTooLarge)
+		wantGet(t, "whole/big", 1, -1, data[1:])
+		wantGet(t, "whole/big", 0, int64(len(data)), data)
+	})
+
 	t.Run("ShortBody", func(t *testing.T) {
 		// A body shorter than size fails and leaves nothing behind.
 		err := s.Put(ctx, "short/small", bytes.NewReader(make([]byte, 10)), 20)
