@@ -1,8 +1,12 @@
 package tiering
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
+
+	"github.com/synapsebroker/synapse/log"
 )
 
 // Manifest is a partition's record of what lives in object storage. It is
@@ -42,6 +46,16 @@ func (m *Manifest) Next() int64 {
 	return m.LogStartOffset
 }
 
+// Holds reports whether the bucket holds local segment s: the manifest
+// names a segment of the same offsets and size. Only then may the local
+// copy go (unless it is wholly below the local log's start): a manifest's
+// end offset alone is no proof, as one that is not this log's could claim
+// any end.
+func (m *Manifest) Holds(s log.SegmentInfo) bool {
+	i, ok := slices.BinarySearchFunc(m.Segments, s.Base, func(sm SegmentMeta, base int64) int { return cmp.Compare(sm.Base, base) })
+	return ok && m.Segments[i].Next == s.Next && m.Segments[i].Size == s.Size
+}
+
 func (m *Manifest) clone() *Manifest {
 	c := *m
 	c.Segments = append([]SegmentMeta(nil), m.Segments...)
@@ -61,10 +75,16 @@ func decodeManifest(b []byte) (*Manifest, error) {
 	if m.Version != 1 {
 		return nil, fmt.Errorf("tiering: manifest version %d", m.Version)
 	}
-	for i := 1; i < len(m.Segments); i++ {
-		if m.Segments[i].Base != m.Segments[i-1].Next {
-			return nil, fmt.Errorf("tiering: manifest segments not contiguous at %d", m.Segments[i].Base)
+	for i, sg := range m.Segments {
+		if sg.Base < 0 || sg.Next <= sg.Base || sg.Size <= 0 {
+			return nil, fmt.Errorf("tiering: manifest segment %d: offsets [%d,%d), %d bytes", i, sg.Base, sg.Next, sg.Size)
 		}
+		if i > 0 && sg.Base != m.Segments[i-1].Next {
+			return nil, fmt.Errorf("tiering: manifest segments not contiguous at %d", sg.Base)
+		}
+	}
+	if m.LogStartOffset < 0 || m.LogStartOffset > m.Next() {
+		return nil, fmt.Errorf("tiering: manifest log start %d outside [0, %d]", m.LogStartOffset, m.Next())
 	}
 	return &m, nil
 }

@@ -176,9 +176,15 @@ func (t *Tier) read(ctx context.Context, pk PartitionKey, offset, maxBytes int64
 			break
 		}
 	}
-	if r.Len > 0 {
-		t.readEnded(pk, offset, r.Next)
+	if r.Len == 0 {
+		// The manifest says the bucket holds offset, yet no segment from
+		// there on has a batch at or after it: an answer of nothing would
+		// have the reader ask again for ever.
+		r.Release()
+		t.errs.Add(1)
+		return nil, fmt.Errorf("tiering: %s: no batch at or after offset %d in the segments the manifest names up to %d (corrupt object or manifest)", pk.dir(), offset, m.Next())
 	}
+	t.readEnded(pk, offset, r.Next)
 	if seq {
 		t.readAheadAcross(pk, m, min(i, len(m.Segments)-1), r)
 	}

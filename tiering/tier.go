@@ -210,6 +210,11 @@ func (t *Tier) Upload(ctx context.Context, pk PartitionKey, lp *log.Partition) (
 	if err != nil {
 		return 0, err
 	}
+	if m.Next() > lp.LogEndOffset() {
+		// Not this log's manifest (another broker's, or from before the
+		// local log was lost): nothing is uploaded or released against it.
+		return 0, fmt.Errorf("tiering: %s: the bucket's log ends at %d, past the local log's end %d: not this log's manifest", pk.dir(), m.Next(), lp.LogEndOffset())
+	}
 	if m.LogStartOffset < lp.LogStartOffset() {
 		m.LogStartOffset = lp.LogStartOffset()
 	}
@@ -338,7 +343,6 @@ func (t *Tier) ReleaseLocal(ctx context.Context, pk PartitionKey, lp *log.Partit
 	if err != nil {
 		return 0, err
 	}
-	uploaded := m.Next()
 	sealed := lp.SealedSegments()
 	var local int64
 	for _, s := range sealed {
@@ -346,7 +350,7 @@ func (t *Tier) ReleaseLocal(ctx context.Context, pk PartitionKey, lp *log.Partit
 	}
 	cut := int64(-1)
 	for _, s := range sealed {
-		if s.Next > uploaded {
+		if s.Next > lp.LogStartOffset() && !m.Holds(s) {
 			break // not in the bucket yet: never released
 		}
 		overBytes := keepBytes >= 0 && local > keepBytes

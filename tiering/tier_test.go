@@ -1242,3 +1242,58 @@ func readWhenReady(t *testing.T, tier *Tier, pk PartitionKey, offset, maxBytes i
 	t.Fatal("read never became ready")
 	return nil
 }
+
+// TestManifestsThatAreNotThisLogs: a manifest with impossible fields does
+// not decode; one that decodes but does not describe the local log (another
+// broker's, one from before the local log was lost) neither stops local
+// data from being kept nor lets any of it go: Upload refuses, ReleaseLocal
+// releases nothing, and every record stays readable. A manifest naming
+// offsets its objects do not hold makes a read fail rather than answer
+// nothing for ever.
+func TestManifestsThatAreNotThisLogs(t *testing.T) {
+	for _, bad := range []string{
+		`{"version":1,"log_start_offset":0,"segments":[{"base":5,"next":5,"size":10}]}`,
+		`{"version":1,"log_start_offset":0,"segments":[{"base":0,"next":5,"size":0}]}`,
+		`{"version":1,"log_start_offset":0,"segments":[{"base":-3,"next":5,"size":10}]}`,
+		`{"version":1,"log_start_offset":9,"segments":[{"base":0,"next":5,"size":10}]}`,
+		`{"version":1,"log_start_offset":-1,"segments":[]}`,
+		`{"version":1,"log_start_offset":0,"segments":[{"base":0,"next":5,"size":10},{"base":6,"next":9,"size":10}]}`,
+	} {
+		if _, err := decodeManifest([]byte(bad)); err == nil {
+			t.Errorf("decoded %s", bad)
+		}
+	}
+
+	ctx := context.Background()
+	for _, foreign := range []string{
+		`{"version":1,"log_start_offset":1000000,"segments":[]}`,
+		`{"version":1,"log_start_offset":0,"segments":[{"base":0,"next":1000000,"size":5000}]}`,
+	} {
+		f := newFixture(t)
+		f.produce(60, 1000)
+		sealed := len(f.lp.SealedSegments())
+		if err := f.store.Put(ctx, f.pk.manifestKey(), strings.NewReader(foreign), int64(len(foreign))); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := f.tier.Upload(ctx, f.pk, f.lp); err == nil {
+			t.Errorf("%s: upload of %d segments against it, no error", foreign, n)
+		}
+		if n, err := f.tier.ReleaseLocal(ctx, f.pk, f.lp, 0, -1, time.Now()); n != 0 || len(f.lp.SealedSegments()) != sealed {
+			t.Fatalf("%s: released %d local segments (%v)", foreign, n, err)
+		}
+		f.readAll(0)
+	}
+
+	f := newFixture(t)
+	m := f.offload(60)
+	last := &m.Segments[len(m.Segments)-1]
+	end := last.Next
+	last.Next += 5 // offsets no object holds
+	if err := f.tier.commit(ctx, f.pk, m); err != nil {
+		t.Fatal(err)
+	}
+	f.tier = New(f.store, zaptest.NewLogger(t), 1<<20)
+	if b, _, err := f.tier.Read(ctx, f.pk, end+2, 10000); err == nil {
+		t.Fatalf("read of an offset the objects do not hold: %d bytes, no error", len(b))
+	}
+}
