@@ -68,6 +68,26 @@ func (ms *metaStore) saveLocked() error {
 	return log.WriteFileAtomic(log.OSFS, ms.path, b)
 }
 
+// producerIDEnd is the bound below which ids may have been handed out.
+func (ms *metaStore) producerIDEnd() int64 {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	return ms.m.ProducerIDEnd
+}
+
+// reserveProducerIDsBelow makes sure no id below floor is handed out (a
+// restore brought back producers that may still use them).
+func (ms *metaStore) reserveProducerIDsBelow(floor int64) error {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if ms.next >= floor {
+		return nil
+	}
+	ms.next = floor
+	ms.m.ProducerIDEnd = max(ms.m.ProducerIDEnd, floor)
+	return ms.saveLocked()
+}
+
 // nextProducerID hands out a producer id never used before, across restarts.
 func (ms *metaStore) nextProducerID() (int64, error) {
 	ms.mu.Lock()

@@ -99,6 +99,11 @@ type producerSnapshot struct {
 	Version   int                      `json:"version"`
 	LogEnd    int64                    `json:"log_end"`
 	Producers map[int64]*producerState `json:"producers"`
+	// ProducerIDEnd, in copies mirrored to the bucket, is the broker's
+	// producer-id bound when it was taken: a broker restored from the
+	// bucket hands out ids from above it, never one a producer whose state
+	// came back still uses.
+	ProducerIDEnd int64 `json:"producer_id_end,omitempty"`
 }
 
 // loadProducers rebuilds producer state: snapshot, then the log after it.
@@ -140,11 +145,12 @@ func (p *partition) saveProducers() {
 
 // producerSnapshotBelow encodes the producer state as of offset end: only
 // batches below end are kept (what the bucket holds when end is the
-// manifest's next offset). It returns nil if there is nothing to keep.
-func (p *partition) producerSnapshotBelow(end int64) []byte {
+// manifest's next offset), with the broker's producer-id bound idEnd. It
+// returns nil if there is nothing to keep.
+func (p *partition) producerSnapshotBelow(end, idEnd int64) []byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	snap := producerSnapshot{Version: 1, LogEnd: end, Producers: map[int64]*producerState{}}
+	snap := producerSnapshot{Version: 1, LogEnd: end, Producers: map[int64]*producerState{}, ProducerIDEnd: idEnd}
 	for id, st := range p.producers {
 		var keep []seqBatch
 		for _, b := range st.Batches {
@@ -167,15 +173,37 @@ func (p *partition) producerSnapshotBelow(end int64) []byte {
 }
 
 // restoreProducers installs a snapshot from the bucket into a partition
-// that was just rebased at its LogEnd, and persists it locally.
-func (p *partition) restoreProducers(b []byte) error {
+// that was just rebased at next (the bucket's end), and persists it
+// locally. Only batches below both the snapshot's end and next are kept
+// (the snapshot is the bucket's word, not proof). It returns the least
+// producer id the broker may hand out from now on: above every restored
+// one and the bound the snapshot was taken with.
+func (p *partition) restoreProducers(b []byte, next int64) (int64, error) {
 	var snap producerSnapshot
 	if err := json.Unmarshal(b, &snap); err != nil || snap.Version != 1 || snap.Producers == nil {
-		return fmt.Errorf("broker: producer snapshot in the bucket is unreadable: %v", err)
+		return 0, fmt.Errorf("broker: producer snapshot in the bucket is unreadable: %v", err)
+	}
+	end := min(snap.LogEnd, next)
+	idFloor := max(snap.ProducerIDEnd, 0)
+	keep := map[int64]*producerState{}
+	for id, st := range snap.Producers {
+		if id < 0 || st == nil || st.Epoch < 0 {
+			continue
+		}
+		idFloor = max(idFloor, id+1)
+		var bs []seqBatch
+		for _, b := range st.Batches {
+			if b.BaseOffset >= 0 && b.BaseOffset < end && b.FirstSeq >= 0 && b.LastSeq >= 0 {
+				bs = append(bs, b)
+			}
+		}
+		if n := len(bs); n > 0 {
+			keep[id] = &producerState{Epoch: st.Epoch, Batches: bs[max(0, n-producerWindow):]}
+		}
 	}
 	p.mu.Lock()
-	p.producers = snap.Producers
+	p.producers = keep
 	p.mu.Unlock()
 	p.saveProducers()
-	return nil
+	return idFloor, nil
 }

@@ -49,7 +49,10 @@ func (s *Server) tierPartition(p *partition, now time.Time) {
 		return
 	}
 	if n > 0 {
-		s.mirrorProducers(ctx, p)
+		p.mirrorDue.Store(true)
+	}
+	if p.mirrorDue.Load() && s.mirrorProducers(ctx, p) {
+		p.mirrorDue.Store(false) // else retried next pass, new uploads or not
 	}
 	set := s.reg.configsOf(p.topic)
 	keepBytes := s.localRetention(set, "local.retention.bytes", "retention.bytes")
@@ -295,7 +298,11 @@ func (s *Server) rebaseRestored(ctx context.Context) error {
 				return fmt.Errorf("broker: restore %s-%d: %w", t.name, p.index, err)
 			}
 			if b, err := s.cfg.Tier.Store().GetRange(ctx, producersKey(p.tierKey()), 0, -1); err == nil {
-				if err := p.restoreProducers(b); err != nil {
+				floor, err := p.restoreProducers(b, m.Next())
+				if err == nil {
+					err = s.meta.reserveProducerIDsBelow(floor)
+				}
+				if err != nil {
 					s.logger.Warn("restore producer state", zap.String("topic", t.name), zap.Int32("partition", p.index), zap.Error(err))
 				}
 			} else if !errors.Is(err, tiering.ErrNotFound) {
@@ -412,19 +419,22 @@ func producersKey(pk tiering.PartitionKey) string {
 }
 
 // mirrorProducers copies the idempotent-producer state covering what the
-// bucket holds, so a restored broker still recognises retried batches.
-func (s *Server) mirrorProducers(ctx context.Context, p *partition) {
+// bucket holds, so a restored broker still recognises retried batches. It
+// reports whether the bucket's copy is current.
+func (s *Server) mirrorProducers(ctx context.Context, p *partition) bool {
 	m, err := s.cfg.Tier.Manifest(ctx, p.tierKey())
 	if err != nil {
-		return
+		return false
 	}
-	b := p.producerSnapshotBelow(m.Next())
+	b := p.producerSnapshotBelow(m.Next(), s.meta.producerIDEnd())
 	if b == nil {
-		return
+		return true
 	}
 	if err := s.cfg.Tier.PutMeta(ctx, producersKey(p.tierKey()), b); err != nil {
 		s.logger.Warn("mirror producer state", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
+		return false
 	}
+	return true
 }
 
 // forgetTiered deletes a deleted topic's objects from the bucket in the

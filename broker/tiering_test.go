@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/synapsebroker/synapse/log"
 	"github.com/synapsebroker/synapse/tiering"
 )
 
@@ -323,7 +324,9 @@ func TestSlowBucketDoesNotStallTailPartitions(t *testing.T) {
 }
 
 // TestRestoreKeepsProducerState: after a restore from the bucket, a retried
-// idempotent batch is answered with its original offset, not written twice.
+// idempotent batch is answered with its original offset, not written twice,
+// and a new producer never gets the id of one whose state came back (its
+// first batch would be taken for that one's retry and dropped).
 func TestRestoreKeepsProducerState(t *testing.T) {
 	store := tiering.NewMemStore()
 	ts := startTiered(t, t.TempDir(), tiering.New(store, nil, 8<<20))
@@ -336,7 +339,7 @@ func TestRestoreKeepsProducerState(t *testing.T) {
 	if err != nil || ipr.ErrorCode != 0 {
 		t.Fatal(err, ipr)
 	}
-	send := func(addr string, id [16]byte, seq int32) *kmsg.ProduceResponseTopicPartition {
+	send := func(addr string, id [16]byte, seq int32, pid ...int64) *kmsg.ProduceResponseTopicPartition {
 		t.Helper()
 		c, _ := client(t, addr)
 		req := kmsg.NewPtrProduceRequest()
@@ -345,6 +348,9 @@ func TestRestoreKeepsProducerState(t *testing.T) {
 		rt.Topic, rt.TopicID = "idem", id
 		rp := kmsg.NewProduceRequestTopicPartition()
 		rb := kmsg.RecordBatch{Magic: 2, ProducerID: ipr.ProducerID, FirstSequence: seq, NumRecords: 1, FirstTimestamp: 1, MaxTimestamp: 1}
+		if len(pid) > 0 {
+			rb.ProducerID = pid[0]
+		}
 		rec := kmsg.Record{Value: []byte("x")}
 		rec.Length = int32(len(rec.AppendTo(nil)) - 1)
 		rb.Records = rec.AppendTo(nil)
@@ -370,6 +376,87 @@ func TestRestoreKeepsProducerState(t *testing.T) {
 	}
 	if r := send(ts2.addr, id, 3); r.ErrorCode != 0 || r.BaseOffset != 3 {
 		t.Fatalf("next batch after restore: %+v", r)
+	}
+	cl2, _ := client(t, ts2.addr)
+	ipr2, err := kmsg.NewPtrInitProducerIDRequest().RequestWith(ctx, cl2)
+	if err != nil || ipr2.ErrorCode != 0 {
+		t.Fatal(err, ipr2)
+	}
+	if ipr2.ProducerID <= ipr.ProducerID {
+		t.Fatalf("new producer after restore got id %d; the restored one has %d", ipr2.ProducerID, ipr.ProducerID)
+	}
+	for seq := int32(0); seq < 3; seq++ {
+		if r := send(ts2.addr, id, seq, ipr2.ProducerID); r.ErrorCode != 0 || r.BaseOffset != int64(4+seq) {
+			t.Fatalf("new producer's seq %d after restore: %+v", seq, r)
+		}
+	}
+}
+
+// TestProducerMirrorRetried: a producer-state mirror that failed is tried
+// again on the next maintenance passes, not only after the next upload (with
+// no more produce, the bucket's copy stayed stale for good).
+func TestProducerMirrorRetried(t *testing.T) {
+	store := tiering.NewMemStore()
+	var failing atomic.Bool
+	var failed atomic.Int32
+	failing.Store(true)
+	store.SetFault(func(op, key string) error {
+		if op == "put" && strings.HasPrefix(key, "_synapse/producers/") && failing.Load() {
+			failed.Add(1)
+			return errors.New("injected: bucket refuses")
+		}
+		return nil
+	})
+	ts := startTiered(t, t.TempDir(), tiering.New(store, nil, 8<<20))
+	cl, adm := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression())) // kgo: idempotent
+	ctx := ctxT(t)
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("20000")}, "mir"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 40; i++ { // one batch each: several segments
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "mir", Value: bytes.Repeat([]byte{'v'}, 1000)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, 10*time.Second, func() bool { return failed.Load() > 0 })
+	failing.Store(false)
+	key := producersKey(ts.reg.partitionsOf(ts.reg.get("mir"))[0].tierKey())
+	waitUntil(t, 10*time.Second, func() bool {
+		_, err := store.GetRange(ctx, key, 0, -1)
+		return err == nil
+	})
+}
+
+// TestRestoreProducersChecksTheSnapshot: a mirrored producer snapshot is
+// the bucket's word: batches at or past the bucket's end, negative ids and
+// sequences are dropped, and the id floor covers every restored id and the
+// bound the snapshot was taken with.
+func TestRestoreProducersChecksTheSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	ls := log.OpenStore(log.Options{})
+	defer ls.Close()
+	lp, err := ls.OpenPartition(filepath.Join(dir, "p"), log.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &partition{log: lp, producers: map[int64]*producerState{}}
+	snap := `{"version":1,"log_end":100,"producer_id_end":50,"producers":{
+		"7":{"epoch":0,"batches":[{"first_seq":0,"last_seq":0,"base_offset":10},{"first_seq":1,"last_seq":1,"base_offset":95}]},
+		"900":{"epoch":1,"batches":[{"first_seq":0,"last_seq":4,"base_offset":120}]},
+		"-4":{"epoch":0,"batches":[{"first_seq":0,"last_seq":0,"base_offset":1}]},
+		"8":{"epoch":0,"batches":[{"first_seq":-2,"last_seq":0,"base_offset":2}]}}}`
+	floor, err := p.restoreProducers([]byte(snap), 90)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if floor != 901 {
+		t.Fatalf("id floor %d, want 901", floor)
+	}
+	if len(p.producers) != 1 || p.producers[7] == nil || len(p.producers[7].Batches) != 1 || p.producers[7].Batches[0].BaseOffset != 10 {
+		t.Fatalf("restored %+v, want producer 7 with its batch at 10 only", p.producers)
+	}
+	if _, err := p.restoreProducers([]byte(`{"version":2}`), 90); err == nil {
+		t.Fatal("a snapshot of another version restored")
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 
@@ -36,6 +37,9 @@ type partition struct {
 	// mu serializes the idempotence check with the append it guards.
 	mu        sync.Mutex
 	producers map[int64]*producerState
+	// mirrorDue: the bucket's copy of the producer state is behind what
+	// was uploaded (with tiering).
+	mirrorDue atomic.Bool
 }
 
 // registry is the persisted set of topics. Lock order: registry.mu before
