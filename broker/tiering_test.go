@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/synapsebroker/synapse/log"
 	"github.com/synapsebroker/synapse/tiering"
@@ -425,6 +426,45 @@ func TestProducerMirrorRetried(t *testing.T) {
 		_, err := store.GetRange(ctx, key, 0, -1)
 		return err == nil
 	})
+}
+
+// TestRestoredTopicsAreChecked: a topics.json from the bucket whose records
+// are not what this broker writes (a name that leaves the data directory, a
+// partition count without end, a topic twice) stops the start with an
+// error naming it; nothing is created outside the data directory.
+func TestRestoredTopicsAreChecked(t *testing.T) {
+	id := func(b byte) string { return fmt.Sprintf("%032x", b) }
+	for _, tc := range []struct{ name, topics string }{
+		{"path", `{"version":1,"topics":[{"name":"../../escaped","id":"` + id(1) + `","partitions":1}]}`},
+		{"count", `{"version":1,"topics":[{"name":"huge","id":"` + id(1) + `","partitions":2147483647}]}`},
+		{"none", `{"version":1,"topics":[{"name":"none","id":"` + id(1) + `","partitions":0}]}`},
+		{"twice", `{"version":1,"topics":[{"name":"a","id":"` + id(1) + `","partitions":1},{"name":"a","id":"` + id(2) + `","partitions":1}]}`},
+		{"same-id", `{"version":1,"topics":[{"name":"a","id":"` + id(1) + `","partitions":1},{"name":"b","id":"` + id(1) + `","partitions":1}]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := tiering.NewMemStore()
+			ctx := ctxT(t)
+			if err := store.Put(ctx, metaKey, strings.NewReader(tc.topics), int64(len(tc.topics))); err != nil {
+				t.Fatal(err)
+			}
+			root := t.TempDir()
+			dir := filepath.Join(root, "a", "b", "data")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			s, err := New(Config{DataDir: dir, Tier: tiering.New(store, nil, 8<<20), Logger: zaptest.NewLogger(t)})
+			if err == nil {
+				s.Close()
+				t.Fatal("started from a bad topics.json")
+			}
+			if !strings.Contains(err.Error(), topicsFile) {
+				t.Fatalf("error does not name %s: %v", topicsFile, err)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "../../escaped-0")); err == nil {
+				t.Fatal("a partition directory was created outside the data directory")
+			}
+		})
+	}
 }
 
 // TestRestoreProducersChecksTheSnapshot: a mirrored producer snapshot is

@@ -96,6 +96,10 @@ func validTopicName(name string) error {
 	return nil
 }
 
+// maxPartitions bounds a topic's partition count (each is a directory
+// with open files), asked for or read back.
+const maxPartitions = 100000
+
 func partitionDir(dataDir, topic string, p int32) string {
 	return filepath.Join(dataDir, topic+"-"+strconv.Itoa(int(p)))
 }
@@ -113,6 +117,16 @@ func openRegistry(dataDir string, store *log.Store, logger *zap.Logger, tiered b
 		}
 	}
 	for _, rec := range f.Topics {
+		// topics.json may have come from the bucket (a restore): each
+		// record is checked before anything is opened for it, so a bad one
+		// stops the start with a clear error rather than writing outside
+		// the data directory, opening one directory twice or without end.
+		if err := validTopicName(rec.Name); err != nil {
+			return nil, fmt.Errorf("broker: %s: %w", topicsFile, err)
+		}
+		if rec.Partitions <= 0 || rec.Partitions > maxPartitions {
+			return nil, fmt.Errorf("broker: %s: topic %q has %d partitions (1 to %d)", topicsFile, rec.Name, rec.Partitions, maxPartitions)
+		}
 		t := &topic{name: rec.Name, configs: rec.Configs}
 		if t.configs == nil {
 			t.configs = map[string]string{}
@@ -122,6 +136,9 @@ func openRegistry(dataDir string, store *log.Store, logger *zap.Logger, tiered b
 			return nil, fmt.Errorf("broker: topic %q has a bad id %q", rec.Name, rec.ID)
 		}
 		copy(t.id[:], idb)
+		if r.topics[t.name] != nil || r.byID[t.id] != nil {
+			return nil, fmt.Errorf("broker: %s: topic %q (id %x) is there twice", topicsFile, t.name, t.id)
+		}
 		for i := int32(0); i < rec.Partitions; i++ {
 			p, err := r.openPartition(t, i)
 			if err != nil {
@@ -251,8 +268,8 @@ func (r *registry) create(name string, partitions int32, configs map[string]stri
 	if partitions <= 0 {
 		return nil, fmt.Errorf("partition count %d must be positive", partitions)
 	}
-	if partitions > 100000 {
-		return nil, fmt.Errorf("partition count %d is above the limit 100000", partitions)
+	if partitions > maxPartitions {
+		return nil, fmt.Errorf("partition count %d is above the limit %d", partitions, maxPartitions)
 	}
 	if configs == nil {
 		configs = map[string]string{}
@@ -330,8 +347,8 @@ func (r *registry) addPartitions(t *topic, count int32, validateOnly bool) error
 	if count <= cur {
 		return fmt.Errorf("topic has %d partitions; the new count %d must be larger", cur, count)
 	}
-	if count > 100000 {
-		return fmt.Errorf("partition count %d is above the limit 100000", count)
+	if count > maxPartitions {
+		return fmt.Errorf("partition count %d is above the limit %d", count, maxPartitions)
 	}
 	if validateOnly {
 		return nil
