@@ -83,8 +83,10 @@ func decodeManifest(b []byte) (*Manifest, error) {
 			return nil, fmt.Errorf("tiering: manifest segments not contiguous at %d", sg.Base)
 		}
 	}
-	if m.LogStartOffset < 0 || m.LogStartOffset > m.Next() {
-		return nil, fmt.Errorf("tiering: manifest log start %d outside [0, %d]", m.LogStartOffset, m.Next())
+	// A log start past the segments is possible (DeleteRecords racing an
+	// upload): the bucket's log is empty there, nothing to refuse.
+	if m.LogStartOffset < 0 {
+		return nil, fmt.Errorf("tiering: manifest log start %d", m.LogStartOffset)
 	}
 	return &m, nil
 }

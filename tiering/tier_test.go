@@ -1255,7 +1255,6 @@ func TestManifestsThatAreNotThisLogs(t *testing.T) {
 		`{"version":1,"log_start_offset":0,"segments":[{"base":5,"next":5,"size":10}]}`,
 		`{"version":1,"log_start_offset":0,"segments":[{"base":0,"next":5,"size":0}]}`,
 		`{"version":1,"log_start_offset":0,"segments":[{"base":-3,"next":5,"size":10}]}`,
-		`{"version":1,"log_start_offset":9,"segments":[{"base":0,"next":5,"size":10}]}`,
 		`{"version":1,"log_start_offset":-1,"segments":[]}`,
 		`{"version":1,"log_start_offset":0,"segments":[{"base":0,"next":5,"size":10},{"base":6,"next":9,"size":10}]}`,
 	} {
