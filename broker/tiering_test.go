@@ -1076,6 +1076,53 @@ func TestDeletedTopicObjectsGoEvenAfterAnOutage(t *testing.T) {
 	})
 }
 
+// TestFailedDeleteKeepsTheBucketObjects: a DeleteTopics whose topics.json
+// save fails leaves the topic in place, in memory as on disk, so the
+// sweeps that retry deleted topics' objects leave its objects alone (the
+// topic was gone from memory only, and its bucket data with it).
+func TestFailedDeleteKeepsTheBucketObjects(t *testing.T) {
+	store := tiering.NewMemStore()
+	ts := sweepingBroker(t, store, "kept")
+	_, adm := client(t, ts.addr)
+	ctx := ctxT(t)
+	objects := func() int {
+		keys, _ := store.List(ctx, "kept")
+		return len(keys)
+	}
+	waitUntil(t, 10*time.Second, func() bool { return objects() >= 4 })
+	// topics.json cannot be replaced while a directory has its name.
+	path := filepath.Join(ts.cfg.DataDir, topicsFile)
+	saved, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(path, "in-the-way"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := adm.DeleteTopics(ctx, "kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := resp["kept"]; r.Err == nil {
+		t.Fatal("delete answered without error though topics.json could not be saved")
+	}
+	n := objects()
+	time.Sleep(500 * time.Millisecond) // several sweeps
+	if ts.reg.get("kept") == nil {
+		t.Fatal("topic gone from memory, still in topics.json")
+	}
+	if got := objects(); got < n {
+		t.Fatalf("%d of the topic's %d objects deleted from the bucket", n-got, n)
+	}
+	os.RemoveAll(path)
+	if err := os.WriteFile(path, saved, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestDiskReserveKeepsTheDiskFromFilling: with no byte budget, the free
 // space reserve still protects the file system: while the bucket is away,
 // produce is refused (retriable) once free space falls below the reserve;

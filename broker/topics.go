@@ -325,6 +325,11 @@ func (r *registry) remove(t *topic) error {
 	delete(r.topics, t.name)
 	delete(r.byID, t.id)
 	err := r.saveLocked()
+	if err != nil {
+		// Still there on disk, so still here: a topic missing only from
+		// memory would have the tiering sweep delete its bucket objects.
+		r.topics[t.name], r.byID[t.id] = t, t
+	}
 	parts := t.partitions
 	r.mu.Unlock()
 	if err != nil {
