@@ -191,6 +191,14 @@ func (c *Coordinator) load() error {
 			g.stateSince = time.UnixMilli(gv.StateMs)
 			g.persisted = gv
 			for _, mv := range gv.Members {
+				// The group record may come from a bucket seed, not only
+				// from this coordinator: a member id (or static instance
+				// id) twice would leave a stale entry in the join order,
+				// found missing when the session timer fires.
+				if mv.ID == "" || g.members[mv.ID] != nil || mv.InstanceID != nil && g.static[*mv.InstanceID] != "" {
+					c.cfg.Logger.Warn("group record names a member twice (or none): the repeat is left out", zap.String("group", id), zap.String("member", mv.ID))
+					continue
+				}
 				m := &member{
 					id: mv.ID, instanceID: mv.InstanceID, clientID: mv.ClientID, clientHost: mv.ClientHost,
 					sessionTimeout:   time.Duration(mv.SessionTimeout) * time.Millisecond,

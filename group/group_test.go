@@ -788,3 +788,47 @@ func TestCommitFsyncFailure(t *testing.T) {
 		t.Fatalf("after a restart the offset is %d, want 10 (or the unacknowledged 20)", got)
 	}
 }
+
+// TestSeedWithAMemberTwice: a group record (from a bucket seed) naming a
+// member id twice, or a static instance id twice, loads with the repeat
+// left out; the member's session then ends cleanly (the repeat used to
+// stay in the join order and crash the session timer's rebalance).
+func TestSeedWithAMemberTwice(t *testing.T) {
+	member := func(id, iid string) string {
+		m := `{"id":"` + id + `","cid":"c","h":"h","st":20,"rt":20,"md":null,"a":null`
+		if iid != "" {
+			m += `,"iid":"` + iid + `"`
+		}
+		return m + "}"
+	}
+	for name, members := range map[string]string{
+		"id":       member("a", "") + "," + member("a", ""),
+		"instance": member("a", "i") + "," + member("b", "i"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := &env{t: t, dir: t.TempDir()}
+			t.Cleanup(e.close)
+			e.open([]byte(`{"version":1,"records":[{"key":{"k":"g","g":"grp"},"value":{"pt":"consumer","p":"range","gen":3,"l":"a","s":0,"m":[` + members + `]}}]}`))
+			g := e.c.all()[0]
+			g.mu.Lock()
+			n, order := len(g.members), len(g.order)
+			g.mu.Unlock()
+			if n != 1 || order != 1 {
+				t.Fatalf("%d members, %d in the join order; want 1 and 1", n, order)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for { // the session (20 ms) ends: the group empties
+				g.mu.Lock()
+				n = len(g.members)
+				g.mu.Unlock()
+				if n == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the member's session never ended")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
