@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -47,6 +48,9 @@ func (s *Server) openGroups(ctx context.Context) error {
 		return fmt.Errorf("broker: load groups: %w", err)
 	}
 	s.groups = c
+	// Mirrored again at every start: a copy that failed (or a crash) before
+	// a restart is not left stale while the groups stay idle.
+	s.groupsMirrored.Store(math.MaxUint64)
 	return nil
 }
 

@@ -1076,6 +1076,40 @@ func TestDeletedTopicObjectsGoEvenAfterAnOutage(t *testing.T) {
 	})
 }
 
+// TestGroupMirrorAfterRestart: a group-state mirror that failed before a
+// restart is written by the restarted broker's first pass, though no group
+// changes after it (it stayed stale until one did).
+func TestGroupMirrorAfterRestart(t *testing.T) {
+	store := tiering.NewMemStore()
+	var failing atomic.Bool
+	failing.Store(true)
+	store.SetFault(func(op, key string) error {
+		if op == "put" && key == groupsKey && failing.Load() {
+			return errors.New("injected: bucket refuses")
+		}
+		return nil
+	})
+	dir := t.TempDir()
+	ts := startTiered(t, dir, tiering.New(store, nil, 8<<20))
+	_, adm := client(t, ts.addr)
+	ctx := ctxT(t)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "gm"); err != nil {
+		t.Fatal(err)
+	}
+	var offs kadm.Offsets
+	offs.Add(kadm.Offset{Topic: "gm", Partition: 0, At: 7, LeaderEpoch: -1})
+	if r, err := adm.CommitOffsets(ctx, "mirrored-group", offs); err != nil || r.Error() != nil {
+		t.Fatal(err, r.Error())
+	}
+	ts.stop(t) // its last mirrors fail too
+	failing.Store(false)
+	ts = startTiered(t, dir, tiering.New(store, nil, 8<<20))
+	waitUntil(t, 10*time.Second, func() bool {
+		b, err := store.GetRange(ctx, groupsKey, 0, -1)
+		return err == nil && bytes.Contains(b, []byte("mirrored-group"))
+	})
+}
+
 // TestFailedDeleteKeepsTheBucketObjects: a DeleteTopics whose topics.json
 // save fails leaves the topic in place, in memory as on disk, so the
 // sweeps that retry deleted topics' objects leave its objects alone (the
