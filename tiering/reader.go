@@ -325,13 +325,15 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 			continue
 		}
 		var h log.BatchHeader
-		err := fmt.Errorf("%d bytes left, short of a batch header", seg.Size-pos)
+		var err error
 		if pos+log.BatchHeaderSize <= seg.Size {
 			hdr, rerr := t.appendAt(ctx, hbuf[:0], o, pos, log.BatchHeaderSize)
 			if rerr != nil {
 				return false, rerr
 			}
 			h, err = log.ParseBatchHeader(hdr)
+		} else {
+			err = errShortHeader
 		}
 		if err != nil || pos+int64(h.Length) > seg.Size {
 			if suspect {
@@ -483,6 +485,9 @@ func (t *Tier) takeFailure(id chunkID) error {
 	delete(t.failed, id)
 	return err
 }
+
+// errShortHeader: fewer bytes than a batch header are left in the segment.
+var errShortHeader = errors.New("the segment ends short of a batch header")
 
 // maxRemoteIndex is the largest remote index used (the log's own bound on
 // an index file): a larger one is not ours, and is not cached.
@@ -1298,13 +1303,15 @@ func (t *Tier) BatchForTimestamp(ctx context.Context, pk PartitionKey, ts int64)
 				continue
 			}
 			var h log.BatchHeader
-			err := fmt.Errorf("%d bytes left, short of a batch header", seg.Size-pos)
+			var err error
 			if pos+log.BatchHeaderSize <= seg.Size {
 				hdr, rerr := t.readAt(ctx, o, pos, log.BatchHeaderSize)
 				if rerr != nil {
 					return nil, rerr
 				}
 				h, err = log.ParseBatchHeader(hdr)
+			} else {
+				err = errShortHeader
 			}
 			if err != nil || pos+int64(h.Length) > seg.Size {
 				if suspect {

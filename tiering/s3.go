@@ -494,7 +494,9 @@ func (s *S3) GetRange(ctx context.Context, key string, off, n int64) ([]byte, er
 	if size > maxWholeObject {
 		return nil, fmt.Errorf("s3 get %q from %d: %d bytes: %w", key, off, size, ErrTooLarge)
 	}
-	b := bytes.NewBuffer(make([]byte, 0, max(size, 0)))
+	// Room for what the length header claims only up to 64 MiB: beyond
+	// that the buffer grows with the bytes that actually come.
+	b := bytes.NewBuffer(make([]byte, 0, min(max(size, 0), 64<<20)))
 	// Bounded whatever the length header said (or if it said nothing).
 	if _, err := b.ReadFrom(io.LimitReader(out.Body, maxWholeObject+1)); err != nil {
 		return nil, s.s3Err("get", key, err)

@@ -23,10 +23,13 @@ var ErrExists = errors.New("tiering: object already exists")
 // whatever size the store reports.
 var ErrTooLarge = errors.New("tiering: object too large to read whole")
 
-// maxWholeObject bounds a read to the end of an object. The largest ones
-// read whole are manifests, about 1.4 KB per segment: 256 MiB is some
-// 180,000 segments in one partition. (A variable for tests.)
-var maxWholeObject int64 = 256 << 20
+// maxWholeObject bounds a read to the end of an object, and what PutMeta
+// and manifest commits write (so nothing the broker writes is too large to
+// read back). The largest objects read whole are mirrored group state and
+// manifests (about 1.4 KB per segment: 1 GiB is some 700,000 segments in
+// one partition). Memory is taken as the bytes arrive, so a length the
+// store claims allocates nothing by itself. (A variable for tests.)
+var maxWholeObject int64 = 1 << 30
 
 // ObjectStore is the slice of an object store tiering needs. It is an
 // interface because it has several real implementations: S3 (and any
@@ -43,8 +46,7 @@ type ObjectStore interface {
 	// (S3: If-None-Match: *).
 	PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error
 	// GetRange returns n bytes of key starting at off (n < 0: to the end,
-	// at most maxWholeObject bytes, else ErrTooLarge before anything is
-	// allocated for it). A range past the end is an error; ErrNotFound if
+	// at most maxWholeObject bytes, else ErrTooLarge). A range past the end is an error; ErrNotFound if
 	// the key is missing.
 	GetRange(ctx context.Context, key string, off, n int64) ([]byte, error)
 	// Delete removes key; deleting a missing key is not an error.

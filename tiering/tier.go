@@ -128,6 +128,11 @@ func (t *Tier) Stats() Stats {
 // groups and producer state) to the store, counting a failure among the
 // store errors the metrics show.
 func (t *Tier) PutMeta(ctx context.Context, key string, b []byte) error {
+	if int64(len(b)) > maxWholeObject {
+		// It could never be read back: say so now, not at a restore.
+		t.errs.Add(1)
+		return fmt.Errorf("tiering: %s would be %d bytes, over the %d a whole-object read takes: %w", key, len(b), maxWholeObject, ErrTooLarge)
+	}
 	err := t.store.Put(ctx, key, bytes.NewReader(b), int64(len(b)))
 	if err != nil {
 		t.errs.Add(1)
@@ -189,6 +194,9 @@ func (t *Tier) commit(ctx context.Context, pk PartitionKey, m *Manifest) error {
 	b, err := m.encode()
 	if err != nil {
 		return err
+	}
+	if int64(len(b)) > maxWholeObject {
+		return fmt.Errorf("tiering: %s: manifest of %d segments is %d bytes, over the %d a whole-object read takes: %w", pk.dir(), len(m.Segments), len(b), maxWholeObject, ErrTooLarge)
 	}
 	if err := t.store.Put(ctx, pk.manifestKey(), bytes.NewReader(b), int64(len(b))); err != nil {
 		t.errs.Add(1)

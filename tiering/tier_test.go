@@ -1296,3 +1296,26 @@ func TestManifestsThatAreNotThisLogs(t *testing.T) {
 		t.Fatalf("read of an offset the objects do not hold: %d bytes, no error", len(b))
 	}
 }
+
+// TestNothingWrittenTooLargeToReadBack: metadata and manifests over the
+// whole-object read bound are refused when written, not found unreadable
+// at a restore.
+func TestNothingWrittenTooLargeToReadBack(t *testing.T) {
+	defer func(m int64) { maxWholeObject = m }(maxWholeObject)
+	maxWholeObject = 1 << 10
+	ctx := context.Background()
+	f := newFixture(t)
+	if err := f.tier.PutMeta(ctx, "_synapse/x.json", make([]byte, 2<<10)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("2 KiB of metadata under a 1 KiB bound: %v", err)
+	}
+	if err := f.tier.PutMeta(ctx, "_synapse/x.json", make([]byte, 1<<10)); err != nil {
+		t.Fatal(err)
+	}
+	m := &Manifest{}
+	for i := int64(0); i < 20; i++ {
+		m.Segments = append(m.Segments, SegmentMeta{Base: i * 10, Next: i*10 + 10, Size: 100})
+	}
+	if err := f.tier.commit(ctx, f.pk, m); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("manifest over the bound: %v", err)
+	}
+}
