@@ -172,25 +172,25 @@ func (p *partition) producerSnapshotBelow(end, idEnd int64) []byte {
 	return b
 }
 
-// restoreProducers installs a snapshot from the bucket into a partition
-// that was just rebased at next (the bucket's end), and persists it
-// locally. Only batches below both the snapshot's end and next are kept
-// (the snapshot is the bucket's word, not proof). It returns the least
-// producer id the broker may hand out from now on: above every restored
-// one and the bound the snapshot was taken with.
-func (p *partition) restoreProducers(b []byte, next int64) (int64, error) {
+// restoredProducers decodes a producer snapshot from the bucket for a
+// partition rebased at next (the bucket's end). Only batches below both
+// the snapshot's end and next are kept (the snapshot is the bucket's word,
+// not proof). floor is the least producer id the broker may hand out from
+// now on: above every restored one and the bound the snapshot was taken
+// with.
+func restoredProducers(b []byte, next int64) (keep map[int64]*producerState, floor int64, err error) {
 	var snap producerSnapshot
 	if err := json.Unmarshal(b, &snap); err != nil || snap.Version != 1 || snap.Producers == nil {
-		return 0, fmt.Errorf("broker: producer snapshot in the bucket is unreadable: %v", err)
+		return nil, 0, fmt.Errorf("broker: producer snapshot in the bucket is unreadable: %v", err)
 	}
 	end := min(snap.LogEnd, next)
-	idFloor := max(snap.ProducerIDEnd, 0)
-	keep := map[int64]*producerState{}
+	floor = max(snap.ProducerIDEnd, 0)
+	keep = map[int64]*producerState{}
 	for id, st := range snap.Producers {
 		if id < 0 || st == nil || st.Epoch < 0 {
 			continue
 		}
-		idFloor = max(idFloor, id+1)
+		floor = max(floor, id+1)
 		var bs []seqBatch
 		for _, b := range st.Batches {
 			if b.BaseOffset >= 0 && b.BaseOffset < end && b.FirstSeq >= 0 && b.LastSeq >= 0 {
@@ -201,9 +201,14 @@ func (p *partition) restoreProducers(b []byte, next int64) (int64, error) {
 			keep[id] = &producerState{Epoch: st.Epoch, Batches: bs[max(0, n-producerWindow):]}
 		}
 	}
+	return keep, floor, nil
+}
+
+// restoreProducers installs restored producer state and persists it
+// locally.
+func (p *partition) restoreProducers(keep map[int64]*producerState) {
 	p.mu.Lock()
 	p.producers = keep
 	p.mu.Unlock()
 	p.saveProducers()
-	return idFloor, nil
 }

@@ -123,9 +123,7 @@ func New(cfg Config) (*Server, error) {
 		// then). Other starts do not need the bucket.
 		marker := filepath.Join(cfg.DataDir, restorePending)
 		if _, err := os.Stat(marker); err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			err := s.rebaseRestored(ctx)
-			cancel()
+			err := s.rebaseRestored(context.Background())
 			if err == nil {
 				// Not durable, and need not be: a rebase again is a no-op.
 				err = os.Remove(marker)

@@ -280,38 +280,64 @@ func restoreFromTier(ctx context.Context, dataDir string, t *tiering.Tier, logge
 	return true, nil
 }
 
-// rebaseRestored starts each empty partition where the bucket's log ends.
+// rebaseRestored starts each empty partition where the bucket's log ends,
+// with the producer state mirrored beside it. It runs while the restore
+// marker is there (no request served yet), so it may run again after a
+// crash part way: a partition already rebased (empty, ending where the
+// bucket does) gets its producer state installed again, and the id floor
+// is reserved before the rebase, so no crash point loses it. Each
+// partition has its own minute with the bucket.
 func (s *Server) rebaseRestored(ctx context.Context) error {
 	for _, t := range s.reg.all() {
 		for _, p := range s.reg.partitionsOf(t) {
 			if p.log.LocalBytes() != 0 || len(p.log.SealedSegments()) != 0 {
 				continue // has local data: not a restore
 			}
-			m, err := s.cfg.Tier.Manifest(ctx, p.tierKey())
+			pctx, cancel := context.WithTimeout(ctx, time.Minute)
+			err := s.rebasePartition(pctx, p)
+			cancel()
 			if err != nil {
 				return fmt.Errorf("broker: restore %s-%d: %w", t.name, p.index, err)
 			}
-			if m.Next() <= p.log.LogEndOffset() {
-				continue // nothing in the bucket beyond what the empty log already starts at
-			}
-			if err := p.log.Rebase(m.Next(), m.LogStartOffset); err != nil {
-				return fmt.Errorf("broker: restore %s-%d: %w", t.name, p.index, err)
-			}
-			if b, err := s.cfg.Tier.Store().GetRange(ctx, producersKey(p.tierKey()), 0, -1); err == nil {
-				floor, err := p.restoreProducers(b, m.Next())
-				if err == nil {
-					err = s.meta.reserveProducerIDsBelow(floor)
-				}
-				if err != nil {
-					s.logger.Warn("restore producer state", zap.String("topic", t.name), zap.Int32("partition", p.index), zap.Error(err))
-				}
-			} else if !errors.Is(err, tiering.ErrNotFound) {
-				return fmt.Errorf("broker: restore %s-%d producer state: %w", t.name, p.index, err)
-			}
-			s.logger.Info("restored partition from the tiered store", zap.String("topic", t.name),
-				zap.Int32("partition", p.index), zap.Int64("log_start_offset", m.LogStartOffset), zap.Int64("next_offset", m.Next()))
 		}
 	}
+	return nil
+}
+
+func (s *Server) rebasePartition(ctx context.Context, p *partition) error {
+	m, err := s.cfg.Tier.Manifest(ctx, p.tierKey())
+	if err != nil {
+		return err
+	}
+	if m.Next() == 0 || m.Next() < p.log.LogEndOffset() {
+		return nil // nothing in the bucket beyond what the empty log already starts at
+	}
+	b, err := s.cfg.Tier.Store().GetRange(ctx, producersKey(p.tierKey()), 0, -1)
+	if errors.Is(err, tiering.ErrNotFound) {
+		b, err = nil, nil
+	}
+	if err != nil {
+		return fmt.Errorf("producer state: %w", err)
+	}
+	var producers map[int64]*producerState
+	if b != nil {
+		var floor int64
+		if producers, floor, err = restoredProducers(b, m.Next()); err != nil {
+			s.logger.Warn("restore producer state", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
+		} else if err := s.meta.reserveProducerIDsBelow(floor); err != nil {
+			return err
+		}
+	}
+	if m.Next() > p.log.LogEndOffset() {
+		if err := p.log.Rebase(m.Next(), m.LogStartOffset); err != nil {
+			return err
+		}
+	}
+	if producers != nil {
+		p.restoreProducers(producers)
+	}
+	s.logger.Info("restored partition from the tiered store", zap.String("topic", p.topic.name),
+		zap.Int32("partition", p.index), zap.Int64("log_start_offset", m.LogStartOffset), zap.Int64("next_offset", m.Next()))
 	return nil
 }
 

@@ -371,6 +371,44 @@ func TestRestoreKeepsProducerState(t *testing.T) {
 		}
 	}
 	ts.stop(t) // graceful: offloads the data and the producer state
+
+	// A restore that crashed right after rebasing the partition (before
+	// its producer state was installed) is finished by the next start,
+	// producer state and id floor included.
+	crashed := t.TempDir()
+	topicsJSON, err := store.GetRange(ctx, metaKey, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{restorePending: nil, topicsFile: topicsJSON} {
+		if err := os.WriteFile(filepath.Join(crashed, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := tiering.New(store, nil, 0).Manifest(ctx, tiering.PartitionKey{Topic: "idem", TopicID: id, Partition: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := log.OpenStore(log.Options{})
+	lp, err := ls.OpenPartition(partitionDir(crashed, "idem", 0), log.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lp.Rebase(m.Next(), m.LogStartOffset); err != nil {
+		t.Fatal(err)
+	}
+	lp.Close()
+	ls.Close()
+	ts3 := startTiered(t, crashed, tiering.New(store, nil, 8<<20))
+	if r := send(ts3.addr, id, 2); r.ErrorCode != 0 || r.BaseOffset != 2 {
+		t.Fatalf("retried batch after a restore finished by a second start: %+v", r)
+	}
+	cl3, _ := client(t, ts3.addr)
+	if ipr3, err := kmsg.NewPtrInitProducerIDRequest().RequestWith(ctx, cl3); err != nil || ipr3.ProducerID <= ipr.ProducerID {
+		t.Fatalf("new producer after a restore finished by a second start: %+v, %v", ipr3, err)
+	}
+	ts3.stop(t)
+
 	ts2 := startTiered(t, t.TempDir(), tiering.New(store, nil, 8<<20))
 	if r := send(ts2.addr, id, 2); r.ErrorCode != 0 || r.BaseOffset != 2 {
 		t.Fatalf("retried batch after restore: %+v", r)
@@ -485,17 +523,18 @@ func TestRestoreProducersChecksTheSnapshot(t *testing.T) {
 		"900":{"epoch":1,"batches":[{"first_seq":0,"last_seq":4,"base_offset":120}]},
 		"-4":{"epoch":0,"batches":[{"first_seq":0,"last_seq":0,"base_offset":1}]},
 		"8":{"epoch":0,"batches":[{"first_seq":-2,"last_seq":0,"base_offset":2}]}}}`
-	floor, err := p.restoreProducers([]byte(snap), 90)
+	keep, floor, err := restoredProducers([]byte(snap), 90)
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.restoreProducers(keep)
 	if floor != 901 {
 		t.Fatalf("id floor %d, want 901", floor)
 	}
 	if len(p.producers) != 1 || p.producers[7] == nil || len(p.producers[7].Batches) != 1 || p.producers[7].Batches[0].BaseOffset != 10 {
 		t.Fatalf("restored %+v, want producer 7 with its batch at 10 only", p.producers)
 	}
-	if _, err := p.restoreProducers([]byte(`{"version":2}`), 90); err == nil {
+	if _, _, err := restoredProducers([]byte(`{"version":2}`), 90); err == nil {
 		t.Fatal("a snapshot of another version restored")
 	}
 }

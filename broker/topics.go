@@ -162,6 +162,9 @@ func (r *registry) openPartition(t *topic, i int32) (*partition, error) {
 	if err := p.loadProducers(); err != nil {
 		return nil, err
 	}
+	// Mirrored again after every start: one that failed before a restart
+	// (or a crash) is not left stale until the next upload.
+	p.mirrorDue.Store(r.tiered)
 	return p, nil
 }
 
