@@ -120,10 +120,8 @@ func Open(cfg Config, p *log.Partition, seed []byte) (*Coordinator, error) {
 		if err != nil {
 			return nil, err
 		}
-		for i := 0; i < len(recs); i += 512 {
-			if err := c.append(recs[i:min(i+512, len(recs))]); err != nil {
-				return nil, err
-			}
+		if err := c.appendAll(recs); err != nil {
+			return nil, err
 		}
 		cfg.Logger.Info("restored groups from the tiered store", zap.Int("records", len(recs)))
 	}
@@ -183,6 +181,22 @@ func (c *Coordinator) load() error {
 	if err != nil {
 		return err
 	}
+	// Offsets of partitions that no longer exist (a topic deleted just
+	// before a crash, or after the bucket's copy of the groups was taken)
+	// go, for good: a topic created again with the same name must not
+	// start its consumers at the old topic's offsets.
+	var gone []record
+	for id, s := range states {
+		for k := range s.offsets {
+			if !c.cfg.PartitionExists(k.topic, k.partition) {
+				gone = append(gone, offsetRecord(id, k.topic, k.partition, nil))
+				delete(s.offsets, k)
+			}
+		}
+	}
+	if err := c.appendAll(gone); err != nil {
+		return fmt.Errorf("group: drop offsets of partitions that are gone: %w", err)
+	}
 	for id, s := range states {
 		g := newGroup(c, id, now)
 		g.offsets = s.offsets
@@ -224,6 +238,23 @@ func (c *Coordinator) load() error {
 	// A rough live size, so the first compaction waits for real growth.
 	c.liveBytes.Store(c.log.LocalBytes() / 2)
 	c.cfg.Logger.Info("groups loaded", zap.Int("groups", len(c.groups)), zap.Int("records", n))
+	return nil
+}
+
+// appendAll writes recs in batches of at most 512 records and 8 MiB of
+// values (well inside the group log's largest batch), each made durable.
+func (c *Coordinator) appendAll(recs []record) error {
+	for len(recs) > 0 {
+		n, size := 0, 0
+		for n < len(recs) && n < 512 && (n == 0 || size+len(recs[n].value) <= 8<<20) {
+			size += len(recs[n].value)
+			n++
+		}
+		if err := c.append(recs[:n]); err != nil {
+			return err
+		}
+		recs = recs[n:]
+	}
 	return nil
 }
 
@@ -347,8 +378,18 @@ func parseSnapshot(b []byte) ([]record, error) {
 		return nil, fmt.Errorf("group: unreadable group snapshot: %v", err)
 	}
 	recs := make([]record, 0, len(f.Records))
-	for _, it := range f.Records {
-		recs = append(recs, record{key: it.Key, value: it.Value})
+	for i, it := range f.Records {
+		// Checked before anything is written: a seed is the bucket's
+		// word, and a bad record found only when the log is replayed
+		// would come after every batch was written and synced.
+		if (it.Key.Kind != "o" && it.Key.Kind != "g") || it.Key.Group == "" || it.Key.Kind == "o" && (it.Key.Topic == "" || it.Key.Partition < 0) {
+			return nil, fmt.Errorf("group: group snapshot record %d: bad key %+v", i, it.Key)
+		}
+		v := []byte(it.Value)
+		if len(v) == 0 || string(v) == "null" {
+			v = nil // a tombstone, not a value that decodes to zeros
+		}
+		recs = append(recs, record{key: it.Key, value: v})
 	}
 	return recs, nil
 }

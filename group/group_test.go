@@ -832,3 +832,48 @@ func TestSeedWithAMemberTwice(t *testing.T) {
 		})
 	}
 }
+
+// TestOffsetsOfGonePartitionsDropAtLoad: offsets of a topic that no longer
+// exists when the group log loads (deleted just before a crash, or after
+// the bucket's copy was taken) are dropped for good: a topic created again
+// with the same name starts without them.
+func TestOffsetsOfGonePartitionsDropAtLoad(t *testing.T) {
+	var gone atomic.Bool
+	e := newEnv(t, Config{PartitionExists: func(topic string, p int32) bool { return !(gone.Load() && topic == "t") }})
+	e.commit("g", "", -1, "t", 5, 6)
+	e.commit("g", "", -1, "u", 7)
+	gone.Store(true)
+	e.reopen()
+	gone.Store(false) // created again
+	if got := e.fetch("g", "t", 2); got[0] != -1 || got[1] != -1 {
+		t.Fatalf("offsets of a topic gone at load: %v", got)
+	}
+	e.reopen()
+	if got := e.fetch("g", "t", 2); got[0] != -1 || got[1] != -1 {
+		t.Fatalf("offsets of a topic gone at the last load came back: %v", got)
+	}
+	if got := e.fetch("g", "u", 1); got[0] != 7 {
+		t.Fatalf("another topic's offset: %v", got)
+	}
+}
+
+// TestSeedIsCheckedBeforeWriting: a seed with a record of an unknown kind
+// or without a group is refused before anything is written; a null value
+// is a tombstone (not an offset of 0).
+func TestSeedIsCheckedBeforeWriting(t *testing.T) {
+	for _, bad := range []string{
+		`{"version":1,"records":[{"key":{"k":"x","g":"g"},"value":{}}]}`,
+		`{"version":1,"records":[{"key":{"k":"o","g":"","t":"t"},"value":{}}]}`,
+		`{"version":1,"records":[{"key":{"k":"o","g":"g","t":"t","p":-1},"value":{}}]}`,
+	} {
+		if _, err := parseSnapshot([]byte(bad)); err == nil {
+			t.Errorf("parsed %s", bad)
+		}
+	}
+	e := &env{t: t, dir: t.TempDir()}
+	t.Cleanup(e.close)
+	e.open([]byte(`{"version":1,"records":[{"key":{"k":"o","g":"g","t":"t","p":0},"value":null}]}`))
+	if got := e.fetch("g", "t", 1); got[0] != -1 {
+		t.Fatalf("a null offset value loads as offset %d", got[0])
+	}
+}
