@@ -529,7 +529,13 @@ func (s *Server) readForgetsLocked() map[tiering.PartitionKey]bool {
 		return m
 	}
 	var recs []forgetRecord
-	if json.Unmarshal(b, &recs) != nil {
+	if err := json.Unmarshal(b, &recs); err != nil {
+		// Kept aside for the operator (the objects it listed are not
+		// swept by anything else) rather than overwritten by the next edit.
+		aside := fmt.Sprintf("%s.unreadable-%d", forgetFile, time.Now().UnixNano())
+		rerr := os.Rename(filepath.Join(s.cfg.DataDir, forgetFile), filepath.Join(s.cfg.DataDir, aside))
+		s.logger.Error("deleted topics' objects to delete: file unreadable, moved aside; the objects it lists stay in the bucket",
+			zap.String("file", forgetFile), zap.String("moved_to", aside), zap.Error(err), zap.NamedError("move_error", rerr))
 		return m
 	}
 	for _, r := range recs {

@@ -1149,6 +1149,26 @@ func TestGroupMirrorAfterRestart(t *testing.T) {
 	})
 }
 
+// TestUnreadableForgetFileIsKeptAside: a tier-forget.json that does not
+// decode is moved aside (what it lists is swept by nothing else), not
+// overwritten by the next edit.
+func TestUnreadableForgetFileIsKeptAside(t *testing.T) {
+	store := tiering.NewMemStore()
+	ts := sweepingBroker(t, store, "any")
+	garbage := []byte(`[{"topic":"x","topic_id":`)
+	if err := os.WriteFile(filepath.Join(ts.cfg.DataDir, forgetFile), garbage, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, func() bool {
+		m, _ := filepath.Glob(filepath.Join(ts.cfg.DataDir, forgetFile+".unreadable-*"))
+		if len(m) != 1 {
+			return false
+		}
+		b, err := os.ReadFile(m[0])
+		return err == nil && bytes.Equal(b, garbage)
+	})
+}
+
 // TestFailedDeleteKeepsTheBucketObjects: a DeleteTopics whose topics.json
 // save fails leaves the topic in place, in memory as on disk, so the
 // sweeps that retry deleted topics' objects leave its objects alone (the
