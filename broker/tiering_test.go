@@ -1142,7 +1142,7 @@ func TestGroupMirrorAfterRestart(t *testing.T) {
 	}
 	ts.stop(t) // its last mirrors fail too
 	failing.Store(false)
-	ts = startTiered(t, dir, tiering.New(store, nil, 8<<20))
+	startTiered(t, dir, tiering.New(store, nil, 8<<20))
 	waitUntil(t, 10*time.Second, func() bool {
 		b, err := store.GetRange(ctx, groupsKey, 0, -1)
 		return err == nil && bytes.Contains(b, []byte("mirrored-group"))
