@@ -100,10 +100,8 @@ func (s *Server) listOffset(ctx context.Context, p *partition, ts int64) (offset
 			return -1, -1, kerr.KafkaStorageError.Code
 		}
 		if b != nil {
-			if recs, err := recordTimes(b); err == nil {
-				if r, ok := firstAtOrAfter(recs, ts, lp.LogStartOffset()); ok {
-					return r.offset, r.ts, 0
-				}
+			if r, ok, _ := findRecord(b, lp.LogStartOffset(), atOrAfter(ts)); ok {
+				return r.offset, r.ts, 0
 			}
 			h, _ := log.ParseBatchHeader(b)
 			return max(h.BaseOffset, lp.LogStartOffset()), h.MaxTimestamp, 0
@@ -119,8 +117,8 @@ func (s *Server) listOffset(ctx context.Context, p *partition, ts int64) (offset
 	// Refine to the record: the first one at or after ts, at or after the
 	// log start.
 	ls := lp.LogStartOffset()
-	if recs, err := readBatchRecords(lp, off); err == nil {
-		if r, ok := firstAtOrAfter(recs, ts, ls); ok {
+	if b, err := readBatch(lp, off); err == nil {
+		if r, ok, _ := findRecord(b, ls, atOrAfter(ts)); ok {
 			return r.offset, r.ts, 0
 		}
 	}
@@ -129,18 +127,10 @@ func (s *Server) listOffset(ctx context.Context, p *partition, ts int64) (offset
 
 // firstAtOrAfter is the first record with timestamp >= ts at or after the
 // log start.
-func firstAtOrAfter(recs []recordTime, ts, logStart int64) (recordTime, bool) {
-	for _, r := range recs {
-		if r.ts >= ts && r.offset >= logStart {
-			return r, true
-		}
-	}
-	return recordTime{}, false
-}
+func atOrAfter(ts int64) func(int64) bool { return func(t int64) bool { return t >= ts } }
 
-// readBatchRecords returns the record offsets and timestamps of the batch
-// holding off.
-func readBatchRecords(lp *log.Partition, off int64) ([]recordTime, error) {
+// readBatch returns the stored batch holding off.
+func readBatch(lp *log.Partition, off int64) ([]byte, error) {
 	res, err := lp.Read(off, 1)
 	if err != nil {
 		return nil, err
@@ -158,7 +148,7 @@ func readBatchRecords(lp *log.Partition, off int64) ([]recordTime, error) {
 	if err != nil {
 		return nil, err
 	}
-	return recordTimes(b[:h.Length])
+	return b[:h.Length], nil
 }
 
 // maxTimestampOffset finds the first batch carrying the greatest timestamp.
@@ -180,11 +170,9 @@ func (s *Server) maxTimestampOffset(lp *log.Partition) (int64, int64, int16) {
 	if best < 0 {
 		return -1, -1, 0
 	}
-	if recs, err := readBatchRecords(lp, best); err == nil {
-		for _, r := range recs {
-			if r.ts == bestTs && r.offset >= lp.LogStartOffset() {
-				return r.offset, r.ts, 0
-			}
+	if b, err := readBatch(lp, best); err == nil {
+		if r, ok, _ := findRecord(b, lp.LogStartOffset(), func(ts int64) bool { return ts == bestTs }); ok {
+			return r.offset, r.ts, 0
 		}
 	}
 	return best, bestTs, 0

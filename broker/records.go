@@ -25,48 +25,51 @@ const maxDecompressed = 64 << 20
 
 var errDecompress = errors.New("batch records do not decompress")
 
-// recordTimes returns each record's (offset, timestamp) in a stored batch.
-func recordTimes(batch []byte) ([]recordTime, error) {
+// findRecord returns the first record of a stored batch at or after
+// minOffset whose timestamp matches, walking the records in place (no list
+// of them: a compressed batch may claim some 150 million records per MiB).
+func findRecord(batch []byte, minOffset int64, match func(ts int64) bool) (recordTime, bool, error) {
 	h, err := log.ParseBatchHeader(batch)
 	if err != nil {
-		return nil, err
+		return recordTime{}, false, err
 	}
-	recs := batch[log.BatchHeaderSize:h.Length]
 	if h.LogAppendTime() {
 		// Every record carries the batch's append time.
-		out := make([]recordTime, 0, h.NumRecords)
-		for i := int32(0); i <= h.LastOffsetDelta; i++ {
-			out = append(out, recordTime{h.BaseOffset + int64(i), h.MaxTimestamp})
+		first := max(h.BaseOffset, minOffset)
+		if first > h.LastOffset() || !match(h.MaxTimestamp) {
+			return recordTime{}, false, nil
 		}
-		return out, nil
+		return recordTime{first, h.MaxTimestamp}, true, nil
 	}
+	recs := batch[log.BatchHeaderSize:h.Length]
 	if h.Codec() != log.CodecNone {
 		if recs, err = decompress(h.Codec(), recs); err != nil {
-			return nil, err
+			return recordTime{}, false, err
 		}
 	}
-	out := make([]recordTime, 0, min(int(h.NumRecords), len(recs)/7+1))
 	for i := int32(0); i < h.NumRecords && len(recs) > 0; i++ {
 		length, n := binary.Varint(recs)
 		if n <= 0 || length < 0 || int64(len(recs)-n) < length {
-			return nil, fmt.Errorf("record %d: bad length", i)
+			return recordTime{}, false, fmt.Errorf("record %d: bad length", i)
 		}
 		rec := recs[n : n+int(length)]
 		recs = recs[n+int(length):]
 		if len(rec) < 1 {
-			return nil, fmt.Errorf("record %d: empty", i)
+			return recordTime{}, false, fmt.Errorf("record %d: empty", i)
 		}
 		tsDelta, n1 := binary.Varint(rec[1:])
 		if n1 <= 0 {
-			return nil, fmt.Errorf("record %d: bad timestamp delta", i)
+			return recordTime{}, false, fmt.Errorf("record %d: bad timestamp delta", i)
 		}
 		offDelta, n2 := binary.Varint(rec[1+n1:])
 		if n2 <= 0 {
-			return nil, fmt.Errorf("record %d: bad offset delta", i)
+			return recordTime{}, false, fmt.Errorf("record %d: bad offset delta", i)
 		}
-		out = append(out, recordTime{h.BaseOffset + offDelta, h.BaseTimestamp + tsDelta})
+		if r := (recordTime{h.BaseOffset + offDelta, h.BaseTimestamp + tsDelta}); r.offset >= minOffset && match(r.ts) {
+			return r, true, nil
+		}
 	}
-	return out, nil
+	return recordTime{}, false, nil
 }
 
 type recordTime struct {
