@@ -34,8 +34,8 @@ type conn struct {
 	copyBuf []byte // for file ranges that cannot be sent with sendfile
 
 	spare       []byte // buffer of pipelined frames larger than the read buffer
-	partial     []byte // a pipelined frame still arriving (see readFrameWithin)
-	partialHave int    // bytes of partial read so far
+	partial     []byte // a pipelined frame still arriving: what arrived so far (see readFrameWithin)
+	partialSize int    // the whole frame's size
 
 	mu     sync.Mutex
 	busy   bool // a request is being handled
@@ -245,34 +245,50 @@ func (c *conn) readFrameWithin(d time.Duration) ([]byte, error) {
 		return protocol.ReadFrame(c.br, c.frame[:0], c.s.cfg.MaxFrameSize) // no socket read
 	}
 	c.br.Discard(4)
-	buf := c.spare
-	if cap(buf) < size {
-		buf = make([]byte, size)
-	}
-	buf = buf[:size]
-	if size <= keepSpareBelow {
-		c.spare = buf
-	}
 	c.nc.SetReadDeadline(time.Now().Add(d))
-	n, err := io.ReadFull(c.br, buf)
+	buf, err := readGrowing(c.br, c.spare[:0], size)
 	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
+	if cap(buf) <= keepSpareBelow {
+		c.spare = buf[:0]
+	}
 	var ne net.Error
 	switch {
 	case err == nil:
 		return buf, nil
 	case errors.As(err, &ne) && ne.Timeout():
-		c.partial, c.partialHave = buf, n
+		c.partial, c.partialSize = buf, size
 		return nil, nil
 	default:
 		return nil, err
 	}
 }
 
+// readGrowing reads into buf until it holds size bytes, growing it as the
+// bytes arrive (never by more than it holds, or 64 KiB), so a size
+// announced by a client claims memory only as its bytes come. It returns
+// what it read so far with any error.
+func readGrowing(r io.Reader, buf []byte, size int) ([]byte, error) {
+	for len(buf) < size {
+		if cap(buf) == len(buf) {
+			nb := make([]byte, len(buf), len(buf)+min(size-len(buf), max(len(buf), 64<<10)))
+			copy(nb, buf)
+			buf = nb
+		}
+		n, err := r.Read(buf[len(buf):min(cap(buf), size)])
+		buf = buf[:len(buf)+n]
+		if err != nil && len(buf) < size {
+			return buf, err
+		}
+	}
+	return buf, nil
+}
+
 // finishPartial reads the rest of the frame readFrameWithin started.
 func (c *conn) finishPartial() ([]byte, error) {
-	buf, have := c.partial, c.partialHave
+	buf, size := c.partial, c.partialSize
 	c.partial = nil
-	if _, err := io.ReadFull(c.br, buf[have:]); err != nil {
+	buf, err := readGrowing(c.br, buf, size)
+	if err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}

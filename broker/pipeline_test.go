@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -177,6 +178,53 @@ func TestPipeliningNeverWaitsForAPartialFrame(t *testing.T) {
 	}
 	if _, _, err := readAnswer(nc, 2*time.Second); err != nil {
 		t.Fatalf("the first produce was not answered while the second was incomplete: %v", err)
+	}
+}
+
+// TestPipelinedFrameClaimsMemoryAsItArrives: a pipelined produce whose
+// header announces a frame of 100 MiB and whose bytes never come costs the
+// broker the bytes that came, not 100 MiB held for the idle timeout; the
+// frame, once it does arrive in pieces, is read whole.
+func TestPipelinedFrameClaimsMemoryAsItArrives(t *testing.T) {
+	_, nc := rawConn(t, "pipe4")
+	out := reqFrame(oneRecordProduce("pipe4", -1, 1), 400)
+	var hdr [6]byte
+	binary.BigEndian.PutUint32(hdr[:], 100<<20) // api key 0 follows
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if _, err := nc.Write(append(out, hdr[:]...)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := readAnswer(nc, 2*time.Second); err != nil {
+		t.Fatalf("the first produce was not answered: %v", err)
+	}
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 32<<20 {
+		t.Fatalf("a frame announced at 100 MiB, 2 bytes of it sent: %d MB allocated", grew>>20)
+	}
+
+	// A frame that comes in pieces, slower than the pipelining wait, is
+	// still read whole and answered.
+	_, nc2 := rawConn(t, "pipe5")
+	first := reqFrame(oneRecordProduce("pipe5", -1, 1), 500)
+	second := reqFrame(recordProduce("pipe5", -1, bytes.Repeat([]byte{7}, 300<<10)), 501)
+	if _, err := nc2.Write(append(first, second[:100]...)); err != nil {
+		t.Fatal(err)
+	}
+	for rest := second[100:]; len(rest) > 0; {
+		time.Sleep(30 * time.Millisecond)
+		n := min(len(rest), 100<<10)
+		if _, err := nc2.Write(rest[:n]); err != nil {
+			t.Fatal(err)
+		}
+		rest = rest[n:]
+	}
+	for _, want := range []int32{500, 501} {
+		corr, _, err := readAnswer(nc2, 5*time.Second)
+		if err != nil || corr != want {
+			t.Fatalf("answer %d: %v, want %d", corr, err, want)
+		}
 	}
 }
 
