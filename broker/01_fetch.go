@@ -19,8 +19,10 @@ import (
 //     offset, up to the partition's max bytes and the response's MaxBytes; the
 //     first batch of the response is returned whatever its size (KIP-74).
 //   - Long poll: with fewer than MinBytes available the request waits up to
-//     MaxWaitMs, woken by appends (the high watermark moving) on any of its
-//     partitions, by a cold chunk landing, or by shutdown.
+//     MaxWaitMs (at most 30 s), woken by appends (the high watermark moving)
+//     on any of its partitions, by a cold chunk landing, or by shutdown.
+//   - A partition named more than once in a request is read and answered
+//     once (Kafka keeps fetch data in a map).
 //   - Offsets below the local start are read from the tiered store; a chunk
 //     not cached yet is downloaded in the background and the partition
 //     answers empty meanwhile, so the bucket never stalls the others. While
@@ -50,7 +52,7 @@ func (s *Server) handleFetch(req *kmsg.FetchRequest) (kmsg.Response, error) {
 	}
 	var deadline time.Time
 	if req.MaxWaitMillis > 0 {
-		deadline = time.Now().Add(time.Duration(req.MaxWaitMillis) * time.Millisecond)
+		deadline = time.Now().Add(min(time.Duration(req.MaxWaitMillis)*time.Millisecond, maxFetchWait))
 	}
 	for {
 		resp, bytes, waitOn, tails := s.fetchOnce(req)
@@ -82,6 +84,13 @@ func (s *Server) handleFetch(req *kmsg.FetchRequest) (kmsg.Response, error) {
 	}
 }
 
+// maxFetchWait bounds a long poll whatever MaxWaitMillis asks (up to 24
+// days): nothing notices a client that went away while its fetch waits, so
+// this is how long the request can outlive it. An empty answer before
+// MaxWait is always allowed; clients just fetch again. (Clients wait 0.5 s
+// to 5 s by default.)
+var maxFetchWait = 30 * time.Second // a variable for tests
+
 // fetchOnce reads every requested partition once. It returns the response,
 // the record bytes in it and the notify channels (taken before reading, so no
 // append between the read and the wait is missed) of partitions that could
@@ -96,6 +105,8 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-c
 	if maxBytes <= 0 {
 		maxBytes = 1<<31 - 1
 	}
+	var seen map[*partition]bool // partitions read so far, once there are two
+	var first *partition
 	for _, rt := range req.Topics {
 		st := kmsg.NewFetchResponseTopic()
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
@@ -126,6 +137,22 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-c
 				st.Partitions = append(st.Partitions, sp)
 				reads = append(reads, nil)
 				continue
+			}
+			// A partition named again in the same request is read once, as
+			// Kafka does (its fetch data is a map): a request naming one
+			// partition half a million times is one read, one wait.
+			switch {
+			case first == nil:
+				first = p
+			case seen == nil:
+				if p == first {
+					continue
+				}
+				seen = map[*partition]bool{first: true, p: true}
+			case seen[p]:
+				continue
+			default:
+				seen[p] = true
 			}
 			waitOn = append(waitOn, p.log.Notify())
 			tails = append(tails, p.log)

@@ -274,3 +274,48 @@ func TestPipeliningLateRestOfALargeFrame(t *testing.T) {
 		t.Fatalf("high watermark %d, want 2", hw)
 	}
 }
+
+// TestFetchDuplicatesAndLongWaits: a fetch naming one partition several
+// times is answered (and read) once, and a long poll asking for 24 days
+// ends at the broker's bound with an empty answer.
+func TestFetchDuplicatesAndLongWaits(t *testing.T) {
+	defer func(d time.Duration) { maxFetchWait = d }(maxFetchWait)
+	maxFetchWait = 300 * time.Millisecond
+	ts, nc := rawConn(t, "dup")
+	if _, err := nc.Write(reqFrame(oneRecordProduce("dup", -1, 1), 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := readAnswer(nc, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	cl, _ := client(t, ts.addr)
+	fetch := func(offset int64, wait int32) *kmsg.FetchResponse {
+		t.Helper()
+		req := kmsg.NewPtrFetchRequest()
+		req.Version, req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = 12, -1, wait, 1<<30, 1<<20
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic, rt.TopicID = "dup", ts.reg.get("dup").id // kgo sends its newest version
+		for i := 0; i < 1000; i++ {
+			rp := kmsg.NewFetchRequestTopicPartition()
+			rp.FetchOffset, rp.PartitionMaxBytes = offset, 1<<20
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctxT(t), cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	start := time.Now()
+	resp := fetch(0, 1<<31-1)
+	if el := time.Since(start); el > 10*time.Second {
+		t.Fatalf("a long poll of 24 days lasted %v", el)
+	}
+	if n := len(resp.Topics[0].Partitions); n != 1 {
+		t.Fatalf("%d partitions answered for one partition named 1000 times", n)
+	}
+	if p := resp.Topics[0].Partitions[0]; p.ErrorCode != 0 || len(p.RecordBatches) == 0 {
+		t.Fatalf("the partition's answer: error %d, %d bytes", p.ErrorCode, len(p.RecordBatches))
+	}
+}
