@@ -13,17 +13,26 @@ import (
 // ListOffsets: v0-9
 //
 // Behavior:
+//
 //   - -2 (earliest): the log start offset. -1 (latest): the high watermark
 //     (= last stable offset: no transactions).
+//
 //   - -3 (max timestamp, v7+): the first record holding the greatest timestamp.
+//
 //   - -4 (earliest local, KIP-405): the first offset in local segments.
+//
 //   - -5 (latest tiered, KIP-1005): the last offset in the bucket, -1 if none.
+//
 //   - With tiering, timestamps are looked up in the bucket's segments first
 //     (by their max timestamps in the manifest), then locally.
+//
 //   - t >= 0: the first record whose timestamp is >= t, with its timestamp;
 //     offset -1 and timestamp -1 if none. The index finds the batch; that one
 //     batch is read (and decompressed if it must be, bounded) to find the
 //     record.
+//
+//   - A partition named more than once: INVALID_REQUEST for each of its
+//     entries, as Kafka answers.
 //
 // Version notes:
 //   - v0: the answer is in OldStyleOffsets.
@@ -34,6 +43,7 @@ func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest) (kmsg.Response,
 	// manifests, timestamp lookups), not one per partition.
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
+	dups := duplicatePartitions(req)
 	for _, rt := range req.Topics {
 		st := kmsg.NewListOffsetsResponseTopic()
 		st.Topic = rt.Topic
@@ -46,8 +56,11 @@ func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest) (kmsg.Response,
 			if t != nil {
 				p = s.reg.partition(t, rp.Partition)
 			}
-			if p == nil {
+			if p == nil || dups[topicPartition{rt.Topic, rp.Partition}] {
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				if p != nil {
+					sp.ErrorCode = kerr.InvalidRequest.Code
+				}
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
@@ -61,6 +74,39 @@ func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest) (kmsg.Response,
 		resp.Topics = append(resp.Topics, st)
 	}
 	return resp, nil
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// duplicatePartitions returns the partitions a ListOffsets names more than
+// once (nil if none): Kafka answers each of their entries INVALID_REQUEST
+// rather than looking them up again and again.
+func duplicatePartitions(req *kmsg.ListOffsetsRequest) map[topicPartition]bool {
+	n := 0
+	for _, rt := range req.Topics {
+		n += len(rt.Partitions)
+	}
+	if n < 2 {
+		return nil
+	}
+	seen := make(map[topicPartition]bool, n)
+	var dups map[topicPartition]bool
+	for _, rt := range req.Topics {
+		for _, rp := range rt.Partitions {
+			k := topicPartition{rt.Topic, rp.Partition}
+			if seen[k] {
+				if dups == nil {
+					dups = map[topicPartition]bool{}
+				}
+				dups[k] = true
+			}
+			seen[k] = true
+		}
+	}
+	return dups
 }
 
 func (s *Server) listOffset(ctx context.Context, p *partition, ts int64) (offset, timestamp int64, code int16) {

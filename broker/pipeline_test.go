@@ -3,12 +3,14 @@ package broker
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/synapsebroker/synapse/protocol"
@@ -317,5 +319,43 @@ func TestFetchDuplicatesAndLongWaits(t *testing.T) {
 	}
 	if p := resp.Topics[0].Partitions[0]; p.ErrorCode != 0 || len(p.RecordBatches) == 0 {
 		t.Fatalf("the partition's answer: error %d, %d bytes", p.ErrorCode, len(p.RecordBatches))
+	}
+}
+
+// TestListOffsetsDuplicates: a partition named twice in a ListOffsets gets
+// INVALID_REQUEST for both entries (Kafka's answer), others their offsets.
+func TestListOffsetsDuplicates(t *testing.T) {
+	ts, _ := rawConn(t, "lo")
+	_, adm := client(t, ts.addr)
+	if _, err := adm.CreateTopic(ctxT(t), 2, 1, nil, "lo2"); err != nil {
+		t.Fatal(err)
+	}
+	cl, _ := client(t, ts.addr)
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	for _, tp := range []struct {
+		topic string
+		p     int32
+	}{{"lo", 0}, {"lo2", 0}, {"lo", 0}, {"lo2", 1}} {
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = tp.topic
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition, rp.Timestamp = tp.p, -1
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctxT(t), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := map[string][]int16{} // kgo regroups the request by topic
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			codes[rt.Topic] = append(codes[rt.Topic], rp.ErrorCode)
+		}
+	}
+	inv := kerr.InvalidRequest.Code
+	if got, want := fmt.Sprint(codes), fmt.Sprint(map[string][]int16{"lo": {inv, inv}, "lo2": {0, 0}}); got != want {
+		t.Fatalf("error codes %v, want %v", got, want)
 	}
 }
