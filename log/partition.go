@@ -40,6 +40,9 @@ func (c Config) withDefaults() Config {
 	if c.SegmentMs <= 0 {
 		c.SegmentMs = DefaultSegmentMs
 	}
+	// As a Duration (nanoseconds) it must not overflow: Long.MaxValue ms,
+	// a valid segment.ms, would wrap negative and roll on every append.
+	c.SegmentMs = min(c.SegmentMs, int64(math.MaxInt64/time.Millisecond))
 	if c.IndexIntervalBytes <= 0 {
 		c.IndexIntervalBytes = DefaultIndexIntervalBytes
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -430,6 +431,26 @@ func TestSegmentRollByAge(t *testing.T) {
 	}
 	if p.HighWatermark() != 1 {
 		t.Fatalf("hw %d after roll", p.HighWatermark())
+	}
+}
+
+// TestHugeSegmentMsNeverRolls: segment.ms of Long.MaxValue (valid in
+// Kafka: never roll by age) does not wrap into a roll on every append.
+func TestHugeSegmentMsNeverRolls(t *testing.T) {
+	_, fsys := newMemFS(t)
+	s := OpenStore(Options{FS: fsys})
+	defer s.Close()
+	p := mustOpen(t, s, "/data/t-0", Config{SegmentMs: math.MaxInt64, RetentionMs: -1})
+	for i := 0; i < 5; i++ {
+		if _, err := p.Append(testbatch.Make(testbatch.Options{Records: 1, Timestamp: 1})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.Maintain(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(p.segments()); n != 1 {
+		t.Fatalf("%d segments after 5 small appends with segment.ms = Long.MaxValue", n)
 	}
 }
 
