@@ -187,6 +187,12 @@ func (p *partition) appendIdempotent(records []byte, h *log.BatchHeader, sp *kms
 		return 0, err
 	}
 	if dup >= 0 {
+		// Answered as the earlier batch only if this one is whole: a
+		// corrupt retry gets its error, as Kafka validates before it
+		// looks at sequences (the append would have checked it).
+		if _, err := log.CheckBatch(records, 0); err != nil {
+			return 0, err
+		}
 		sp.BaseOffset = dup
 		sp.LogStartOffset = p.log.LogStartOffset()
 		return dup + int64(h.LastOffsetDelta) + 1, nil

@@ -359,3 +359,44 @@ func TestListOffsetsDuplicates(t *testing.T) {
 		t.Fatalf("error codes %v, want %v", got, want)
 	}
 }
+
+// TestCorruptRetryOfADuplicateIsRefused: an idempotent batch that repeats
+// a written one's sequence but fails its CRC gets CORRUPT_MESSAGE, not the
+// earlier batch's success (Kafka validates before it checks sequences).
+func TestCorruptRetryOfADuplicateIsRefused(t *testing.T) {
+	ts, _ := rawConn(t, "idem2")
+	cl, _ := client(t, ts.addr)
+	ctx := ctxT(t)
+	ipr, err := kmsg.NewPtrInitProducerIDRequest().RequestWith(ctx, cl)
+	if err != nil || ipr.ErrorCode != 0 {
+		t.Fatal(err, ipr)
+	}
+	send := func(corrupt bool) int16 {
+		t.Helper()
+		req := recordProduce("idem2", -1, []byte("v"))
+		rp := &req.Topics[0].Partitions[0]
+		rb := kmsg.RecordBatch{Magic: 2, ProducerID: ipr.ProducerID, FirstSequence: 0, NumRecords: 1, FirstTimestamp: 1, MaxTimestamp: 1}
+		rec := kmsg.Record{Value: []byte("v")}
+		rec.Length = int32(len(rec.AppendTo(nil)) - 1)
+		rb.Records = rec.AppendTo(nil)
+		rp.Records = fixCRC(rb.AppendTo(nil))
+		if corrupt {
+			rp.Records[len(rp.Records)-1] ^= 0xff
+		}
+		req.Topics[0].TopicID = ts.reg.get("idem2").id
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Topics[0].Partitions[0].ErrorCode
+	}
+	if code := send(false); code != 0 {
+		t.Fatalf("first batch: error %d", code)
+	}
+	if code := send(true); code != kerr.CorruptMessage.Code {
+		t.Fatalf("corrupt retry of it: error %d, want CORRUPT_MESSAGE", code)
+	}
+	if code := send(false); code != 0 {
+		t.Fatalf("whole retry of it: error %d", code)
+	}
+}
