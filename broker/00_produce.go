@@ -166,7 +166,7 @@ func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceRespons
 	}
 	log.PatchLeaderEpoch(records, s.meta.m.LeaderEpoch)
 	if h.ProducerID >= 0 {
-		return p.appendIdempotent(records, &h, sp)
+		return p.appendIdempotent(records, &h, sp, s.cfg.Now().UnixMilli())
 	}
 	res, err := p.log.Append(records)
 	if err != nil {
@@ -179,7 +179,7 @@ func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceRespons
 
 // appendIdempotent checks the batch's sequence and appends it under p.mu
 // (released by defer, so a panic cannot leave the partition locked).
-func (p *partition) appendIdempotent(records []byte, h *log.BatchHeader, sp *kmsg.ProduceResponseTopicPartition) (int64, error) {
+func (p *partition) appendIdempotent(records []byte, h *log.BatchHeader, sp *kmsg.ProduceResponseTopicPartition, nowMs int64) (int64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	dup, err := p.checkSequence(h)
@@ -201,7 +201,7 @@ func (p *partition) appendIdempotent(records []byte, h *log.BatchHeader, sp *kms
 	if err != nil {
 		return 0, err
 	}
-	p.recordSequence(&res.Header)
+	p.recordSequence(&res.Header, nowMs)
 	sp.BaseOffset = res.BaseOffset
 	sp.LogStartOffset = res.LogStartOffset
 	return res.LastOffset + 1, nil

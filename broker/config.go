@@ -81,6 +81,9 @@ type Config struct {
 	GroupMinSessionTimeout, GroupMaxSessionTimeout time.Duration
 	// OffsetsRetention is offsets.retention.minutes (default 7 days).
 	OffsetsRetention time.Duration
+	// ProducerIDExpiration is producer.id.expiration.ms (default 1 day):
+	// a partition forgets an idempotent producer idle that long.
+	ProducerIDExpiration time.Duration
 	// Logger receives the broker's logs; nil means none.
 	Logger *zap.Logger
 	// FS replaces the file system of the log store (tests).
@@ -128,6 +131,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.OrphanSweepInterval <= 0 {
 		c.OrphanSweepInterval = time.Hour
+	}
+	if c.ProducerIDExpiration <= 0 {
+		c.ProducerIDExpiration = 24 * time.Hour
 	}
 	return nil
 }

@@ -7,10 +7,12 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/synapsebroker/synapse/protocol"
@@ -399,4 +401,38 @@ func TestCorruptRetryOfADuplicateIsRefused(t *testing.T) {
 	if code := send(false); code != 0 {
 		t.Fatalf("whole retry of it: error %d", code)
 	}
+}
+
+// TestIdleProducerStateExpires: a partition forgets an idempotent producer
+// idle past producer.id.expiration.ms (as Kafka does: every producer id
+// ever seen is not kept for ever), and keeps one that is not.
+func TestIdleProducerStateExpires(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	ts := startServerConfig(t, Config{MaintenanceInterval: 20 * time.Millisecond, ProducerIDExpiration: time.Hour,
+		Now: func() time.Time { return time.UnixMilli(clock.Load()) }})
+	cl, adm := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression())) // kgo: idempotent
+	ctx := ctxT(t)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "exp"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "exp", Value: []byte("v")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	p := ts.reg.partitionsOf(ts.reg.get("exp"))[0]
+	producers := func() int {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.producers)
+	}
+	if producers() != 1 {
+		t.Fatalf("%d producers after an idempotent produce", producers())
+	}
+	clock.Add((59 * time.Minute).Milliseconds())
+	time.Sleep(200 * time.Millisecond) // several passes
+	if producers() != 1 {
+		t.Fatal("a producer idle for less than the expiration was forgotten")
+	}
+	clock.Add((2 * time.Minute).Milliseconds())
+	waitUntil(t, 5*time.Second, func() bool { return producers() == 0 })
 }

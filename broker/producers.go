@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/synapsebroker/synapse/log"
 )
@@ -31,6 +32,12 @@ type seqBatch struct {
 type producerState struct {
 	Epoch   int16      `json:"epoch"`
 	Batches []seqBatch `json:"batches"` // oldest first, at most producerWindow
+	// LastMs is when the producer last appended here (the broker's clock,
+	// Unix ms): state idle past producer.id.expiration.ms is dropped, as
+	// Kafka does, so every producer id ever seen is not kept for ever. 0
+	// (state rebuilt at open, restored, or from an older snapshot): idle
+	// from the next maintenance pass on.
+	LastMs int64 `json:"last_ms,omitempty"`
 }
 
 var (
@@ -80,13 +87,15 @@ func (p *partition) checkSequence(h *log.BatchHeader) (dup int64, err error) {
 	return -1, nil
 }
 
-// record notes an appended idempotent batch. p.mu held (or p not yet shared).
-func (p *partition) recordSequence(h *log.BatchHeader) {
+// record notes an idempotent batch appended at nowMs. p.mu held (or p not
+// yet shared).
+func (p *partition) recordSequence(h *log.BatchHeader, nowMs int64) {
 	st := p.producers[h.ProducerID]
 	if st == nil || h.ProducerEpoch > st.Epoch {
 		st = &producerState{Epoch: h.ProducerEpoch}
 		p.producers[h.ProducerID] = st
 	}
+	st.LastMs = nowMs
 	st.Batches = append(st.Batches, seqBatch{FirstSeq: h.BaseSequence, LastSeq: lastSeq(h.BaseSequence, h.NumRecords), BaseOffset: h.BaseOffset})
 	if len(st.Batches) > producerWindow {
 		st.Batches = append(st.Batches[:0], st.Batches[len(st.Batches)-producerWindow:]...)
@@ -106,6 +115,22 @@ type producerSnapshot struct {
 	ProducerIDEnd int64 `json:"producer_id_end,omitempty"`
 }
 
+// expireProducers drops the state of producers idle for longer than
+// expiration (producer.id.expiration.ms): a retry from one of them after
+// that is a new producer's batch, as in Kafka.
+func (p *partition) expireProducers(nowMs int64, expiration time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, st := range p.producers {
+		switch {
+		case st.LastMs == 0:
+			st.LastMs = nowMs
+		case nowMs-st.LastMs > expiration.Milliseconds():
+			delete(p.producers, id)
+		}
+	}
+}
+
 // loadProducers rebuilds producer state: snapshot, then the log after it.
 func (p *partition) loadProducers() error {
 	from := p.log.LogStartOffset()
@@ -119,7 +144,7 @@ func (p *partition) loadProducers() error {
 	}
 	return p.log.ScanHeaders(from, func(h *log.BatchHeader) bool {
 		if h.ProducerID >= 0 && !h.Control() && h.BaseOffset >= from {
-			p.recordSequence(h)
+			p.recordSequence(h, 0) // appended when: unknown
 		}
 		return true
 	})
@@ -159,7 +184,7 @@ func (p *partition) producerSnapshotBelow(end, idEnd int64) []byte {
 			}
 		}
 		if len(keep) > 0 {
-			snap.Producers[id] = &producerState{Epoch: st.Epoch, Batches: keep}
+			snap.Producers[id] = &producerState{Epoch: st.Epoch, Batches: keep, LastMs: st.LastMs}
 		}
 	}
 	if len(snap.Producers) == 0 {

@@ -337,6 +337,7 @@ func (s *Server) maintain() {
 		var wg sync.WaitGroup
 		for _, tp := range s.reg.all() {
 			for _, p := range s.reg.partitionsOf(tp) {
+				p.expireProducers(now.UnixMilli(), s.cfg.ProducerIDExpiration)
 				if _, err := p.log.Maintain(now); err != nil && !errors.Is(err, log.ErrClosed) {
 					s.logger.Warn("maintenance", zap.String("topic", tp.name), zap.Int32("partition", p.index), zap.Error(err))
 					continue

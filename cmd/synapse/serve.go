@@ -30,32 +30,33 @@ import (
 // serveOptions are the flags of `synapse serve`. Each has a SYNAPSE_*
 // environment twin (see bindEnv).
 type serveOptions struct {
-	dataDir           string
-	listen            string
-	advertisedAddr    string
-	httpListen        string
-	autoCreateTopics  bool
-	defaultPartitions int32
-	fsyncInterval     time.Duration
-	maxOpenFiles      int
-	maxRequestBytes   int
-	maxConnections    int
-	idleTimeout       time.Duration
-	shutdownTimeout   time.Duration
-	tier              string
-	tierCacheBytes    int64
-	tierDiskCache     int64
-	tierFetchRate     int64
-	tierTailGuard     bool
-	maintenance       time.Duration
-	diskBudget        int64
-	localRetBytes     int64
-	diskReserve       float64
-	localRetMs        int64
-	groupDelay        time.Duration
-	groupMinSession   time.Duration
-	groupMaxSession   time.Duration
-	offsetsRetention  time.Duration
+	dataDir              string
+	listen               string
+	advertisedAddr       string
+	httpListen           string
+	autoCreateTopics     bool
+	defaultPartitions    int32
+	fsyncInterval        time.Duration
+	maxOpenFiles         int
+	maxRequestBytes      int
+	maxConnections       int
+	idleTimeout          time.Duration
+	shutdownTimeout      time.Duration
+	tier                 string
+	tierCacheBytes       int64
+	tierDiskCache        int64
+	tierFetchRate        int64
+	tierTailGuard        bool
+	maintenance          time.Duration
+	diskBudget           int64
+	localRetBytes        int64
+	diskReserve          float64
+	localRetMs           int64
+	groupDelay           time.Duration
+	groupMinSession      time.Duration
+	groupMaxSession      time.Duration
+	offsetsRetention     time.Duration
+	producerIDExpiration time.Duration
 }
 
 func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
@@ -95,6 +96,8 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.groupMaxSession, "group-max-session-timeout", 30*time.Minute, "largest session timeout a group member may ask for (group.max.session.timeout.ms)")
 	fs.DurationVar(&o.offsetsRetention, "offsets-retention", 7*24*time.Hour,
 		"how long committed offsets of a group without members are kept (offsets.retention.minutes)")
+	fs.DurationVar(&o.producerIDExpiration, "producer-id-expiration", 24*time.Hour,
+		"how long a partition keeps the state of an idempotent producer that stopped writing to it (producer.id.expiration.ms)")
 }
 
 func (o *serveOptions) validate() error {
@@ -124,6 +127,9 @@ func (o *serveOptions) validate() error {
 	}
 	if o.offsetsRetention <= 0 {
 		errs = append(errs, fmt.Errorf("--offsets-retention %s: must be positive", o.offsetsRetention))
+	}
+	if o.producerIDExpiration <= 0 {
+		errs = append(errs, fmt.Errorf("--producer-id-expiration %s: must be positive", o.producerIDExpiration))
 	}
 	if o.fsyncInterval < 0 {
 		errs = append(errs, fmt.Errorf("--fsync-interval %s: must not be negative", o.fsyncInterval))
@@ -233,6 +239,7 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 		GroupMinSessionTimeout:     o.groupMinSession,
 		GroupMaxSessionTimeout:     o.groupMaxSession,
 		OffsetsRetention:           o.offsetsRetention,
+		ProducerIDExpiration:       o.producerIDExpiration,
 	})
 	if err != nil {
 		ln.Close()
