@@ -877,3 +877,38 @@ func TestSeedIsCheckedBeforeWriting(t *testing.T) {
 		t.Fatalf("a null offset value loads as offset %d", got[0])
 	}
 }
+
+// TestThrowawayGroupsCostNoWrites: groups only ever asked for a member id
+// (JoinGroup v4+ with none) are removed once their pending ids expire
+// without writing to the group log (each deletion was a synced append).
+func TestThrowawayGroupsCostNoWrites(t *testing.T) {
+	e := newEnv(t, Config{})
+	before := e.lp.LogEndOffset()
+	for i := 0; i < 50; i++ {
+		r := e.c.JoinGroup(bg, joinReq(fmt.Sprintf("throwaway-%d", i), "", 9, 10*time.Millisecond), cl)
+		if r.ErrorCode != kerr.MemberIDRequired.Code {
+			t.Fatalf("join: error %d", r.ErrorCode)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(e.c.all()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d throwaway groups left", len(e.c.all()))
+		}
+		time.Sleep(20 * time.Millisecond)
+		e.c.Maintain(time.Now())
+	}
+	if after := e.lp.LogEndOffset(); after != before {
+		t.Fatalf("removing throwaway groups wrote %d records to the group log", after-before)
+	}
+	// A group that was written keeps its deletion record.
+	e.commit("kept", "", -1, "t", 5)
+	e.c.Maintain(time.Now().Add(30 * 24 * time.Hour))
+	if got := e.fetch("kept", "t", 1)[0]; got != -1 {
+		t.Fatalf("expired offset %d", got)
+	}
+	e.reopen()
+	if got := e.fetch("kept", "t", 1)[0]; got != -1 {
+		t.Fatalf("expired offset %d back after a reopen", got)
+	}
+}

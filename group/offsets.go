@@ -460,13 +460,18 @@ func (c *Coordinator) deleteGroup(id string) *kerr.Error {
 // deleteLocked writes tombstones for everything the group has and removes
 // it (state Dead).
 func (g *group) deleteLocked() error {
-	recs := []record{groupRecord(g.id, nil)}
-	for k := range g.offsets {
-		recs = append(recs, offsetRecord(g.id, k.topic, k.partition, nil))
-	}
-	if err := g.c.append(recs); err != nil {
-		g.logger().Warn("write group deletion", zap.Error(err))
-		return err
+	// A group never written to the log (such as one only ever asked for a
+	// member id) leaves nothing to delete there: no write, no fsync, so
+	// throwaway groups cost the maintenance pass nothing.
+	if g.persisted != nil || len(g.offsets) > 0 {
+		recs := []record{groupRecord(g.id, nil)}
+		for k := range g.offsets {
+			recs = append(recs, offsetRecord(g.id, k.topic, k.partition, nil))
+		}
+		if err := g.c.append(recs); err != nil {
+			g.logger().Warn("write group deletion", zap.Error(err))
+			return err
+		}
 	}
 	g.offsets = map[tp]offsetValue{}
 	g.persisted = nil
