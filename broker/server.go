@@ -125,8 +125,12 @@ func New(cfg Config) (*Server, error) {
 		if _, err := os.Stat(marker); err == nil {
 			err := s.rebaseRestored(context.Background())
 			if err == nil {
-				// Not durable, and need not be: a rebase again is a no-op.
-				err = os.Remove(marker)
+				// Durably gone before anything is served: a marker back
+				// after a power loss would restore producer state again
+				// over newer local state.
+				if err = os.Remove(marker); err == nil {
+					err = log.OSFS.SyncDir(cfg.DataDir)
+				}
 			}
 			if err != nil {
 				close(s.maintDone) // maintain never ran: let Close proceed

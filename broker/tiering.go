@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -333,7 +334,9 @@ func (s *Server) rebasePartition(ctx context.Context, p *partition) error {
 			return err
 		}
 	}
-	if producers != nil {
+	if _, err := os.Stat(filepath.Join(p.log.Dir(), producersFile)); producers != nil && errors.Is(err, fs.ErrNotExist) {
+		// Not yet installed by an earlier pass of this restore (which
+		// writes producers.json): a state of its own is never replaced.
 		p.restoreProducers(producers)
 	}
 	s.logger.Info("restored partition from the tiered store", zap.String("topic", p.topic.name),

@@ -1202,6 +1202,23 @@ func TestFailedDeleteKeepsTheBucketObjects(t *testing.T) {
 	if r := resp["kept"]; r.Err == nil {
 		t.Fatal("delete answered without error though topics.json could not be saved")
 	}
+	// Growing it or changing its configs fails the same way and leaves
+	// it as topics.json has it.
+	if r, err := adm.CreatePartitions(ctx, 2, "kept"); err != nil || r["kept"].Err == nil {
+		t.Fatalf("CreatePartitions without a topics.json save: %v %v", err, r["kept"].Err)
+	}
+	if n := len(ts.reg.partitionsOf(ts.reg.get("kept"))); n != 1 {
+		t.Fatalf("%d partitions in memory after a failed CreatePartitions", n)
+	}
+	if _, err := os.Stat(partitionDir(ts.cfg.DataDir, "kept", 1)); err == nil {
+		t.Fatal("the failed CreatePartitions left a partition directory")
+	}
+	if r, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.ms", Value: kstr("1234")}}, "kept"); err == nil && r[0].Err == nil {
+		t.Fatal("AlterConfigs without a topics.json save succeeded")
+	}
+	if v := ts.reg.configsOf(ts.reg.get("kept"))["retention.ms"]; v == "1234" {
+		t.Fatal("configs changed in memory after a failed AlterConfigs")
+	}
 	n := objects()
 	time.Sleep(500 * time.Millisecond) // several sweeps
 	if ts.reg.get("kept") == nil {

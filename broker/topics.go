@@ -331,7 +331,10 @@ func (r *registry) remove(t *topic) error {
 	if err != nil {
 		// Still there on disk, so still here: a topic missing only from
 		// memory would have the tiering sweep delete its bucket objects.
+		// (The write may have failed after its rename, at the directory
+		// sync: written again, so the disk has it too, if it can.)
 		r.topics[t.name], r.byID[t.id] = t, t
+		r.saveLocked()
 	}
 	parts := t.partitions
 	r.mu.Unlock()
@@ -362,28 +365,47 @@ func (r *registry) addPartitions(t *topic, count int32, validateOnly bool) error
 		return nil
 	}
 	ps := append([]*partition(nil), t.partitions...)
+	undo := func() {
+		for _, p := range ps[cur:] {
+			p.log.Delete()
+		}
+	}
 	for i := cur; i < count; i++ {
 		os.RemoveAll(partitionDir(r.dir, t.name, i))
 		p, err := r.openPartition(t, i)
 		if err != nil {
+			undo()
 			return err
 		}
 		ps = append(ps, p)
 	}
+	old := t.partitions
 	t.partitions = ps
-	return r.saveLocked()
+	if err := r.saveLocked(); err != nil {
+		// Not in topics.json, so not in the topic: partitions kept only in
+		// memory would take writes and commits the next start drops.
+		t.partitions = old
+		undo()
+		return err
+	}
+	return nil
 }
 
 // setConfigs replaces a topic's configs (validated by the caller).
 func (r *registry) setConfigs(t *topic, configs map[string]string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	old := t.configs
 	t.configs = configs
+	if err := r.saveLocked(); err != nil {
+		t.configs = old // as topics.json still has them
+		return err
+	}
 	lc := r.logConfig(configs)
 	for _, p := range t.partitions {
 		p.log.SetConfig(lc)
 	}
-	return r.saveLocked()
+	return nil
 }
 
 // configsOf returns a copy of the topic's set configs.
