@@ -36,6 +36,7 @@ func (s *Server) handleProduce(req *kmsg.ProduceRequest) (kmsg.Response, error) 
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	var waits []durableWait
 	acksOK := req.Acks == 0 || req.Acks == 1 || req.Acks == -1
+	creates := maxAutoCreates
 	for _, rt := range req.Topics {
 		st := kmsg.NewProduceResponseTopic()
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
@@ -46,7 +47,7 @@ func (s *Server) handleProduce(req *kmsg.ProduceRequest) (kmsg.Response, error) 
 				code = kerr.UnknownTopicID.Code
 			}
 		} else {
-			t, code = s.topicOrCreate(rt.Topic, s.cfg.AutoCreateTopics)
+			t, code = s.topicOrCreate(rt.Topic, s.cfg.AutoCreateTopics, &creates)
 		}
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewProduceResponseTopicPartition()

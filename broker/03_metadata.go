@@ -15,7 +15,8 @@ import (
 //   - Unknown topics are created when auto-creation is on and the request
 //     allows it (v0-3 always allow; v4+ AllowAutoTopicCreation), else they
 //     get UNKNOWN_TOPIC_OR_PARTITION. Invalid names get INVALID_TOPIC_EXCEPTION
-//     and are never created.
+//     and are never created. At most 64 topics are created per request; the
+//     others get LEADER_NOT_AVAILABLE (retriable) until a later request.
 //
 // Version notes:
 //   - v10+: topics may be asked for by id (UNKNOWN_TOPIC_ID if none).
@@ -37,6 +38,7 @@ func (s *Server) handleMetadata(req *kmsg.MetadataRequest) (kmsg.Response, error
 		return resp, nil
 	}
 	autoCreate := s.cfg.AutoCreateTopics && (req.Version < 4 || req.AllowAutoTopicCreation)
+	creates := maxAutoCreates
 	for _, rt := range req.Topics {
 		var t *topic
 		if rt.Topic == nil {
@@ -49,7 +51,7 @@ func (s *Server) handleMetadata(req *kmsg.MetadataRequest) (kmsg.Response, error
 			}
 		} else {
 			var code int16
-			t, code = s.topicOrCreate(*rt.Topic, autoCreate)
+			t, code = s.topicOrCreate(*rt.Topic, autoCreate, &creates)
 			if t == nil {
 				mt := kmsg.NewMetadataResponseTopic()
 				mt.Topic, mt.ErrorCode = rt.Topic, code
@@ -85,9 +87,16 @@ func (s *Server) metadataTopic(t *topic) kmsg.MetadataResponseTopic {
 	return mt
 }
 
-// topicOrCreate finds a topic, creating it if allowed. A nil topic comes
+// maxAutoCreates bounds the topics one request may auto-create (each
+// opens its partitions and rewrites topics.json under the registry lock);
+// the rest are answered LEADER_NOT_AVAILABLE, as Kafka answers a topic
+// still being created, and clients ask again.
+const maxAutoCreates = 64
+
+// topicOrCreate finds a topic, creating it if allowed (and the request's
+// budget of creates, if not nil, is not spent). A nil topic comes
 // with the error code to answer.
-func (s *Server) topicOrCreate(name string, create bool) (*topic, int16) {
+func (s *Server) topicOrCreate(name string, create bool, budget *int) (*topic, int16) {
 	if t := s.reg.get(name); t != nil {
 		return t, 0
 	}
@@ -96,6 +105,12 @@ func (s *Server) topicOrCreate(name string, create bool) (*topic, int16) {
 	}
 	if !create {
 		return nil, kerr.UnknownTopicOrPartition.Code
+	}
+	if budget != nil {
+		if *budget <= 0 {
+			return nil, kerr.LeaderNotAvailable.Code
+		}
+		*budget--
 	}
 	t, err := s.reg.create(name, s.cfg.DefaultPartitions, nil, false)
 	if err == errTopicExists {

@@ -16,6 +16,8 @@ import (
 //     culprit); unknown names are refused, as Kafka does.
 //   - Names are checked as Kafka does (INVALID_TOPIC_EXCEPTION); an existing
 //     topic is TOPIC_ALREADY_EXISTS; ValidateOnly checks without creating.
+//   - One request creates at most 100000 partitions in all (a topic at most
+//     100000); topics past that get POLICY_VIOLATION.
 //
 // Version notes:
 //   - v5+: the response carries the topic id, partition count, replication
@@ -26,6 +28,7 @@ func (s *Server) handleCreateTopics(req *kmsg.CreateTopicsRequest) (kmsg.Respons
 	for _, rt := range req.Topics {
 		seen[rt.Topic]++
 	}
+	created := 0 // partitions this request created
 	for _, rt := range req.Topics {
 		st := kmsg.NewCreateTopicsResponseTopic()
 		st.Topic = rt.Topic
@@ -61,6 +64,12 @@ func (s *Server) handleCreateTopics(req *kmsg.CreateTopicsRequest) (kmsg.Respons
 			fail(kerr.InvalidPartitions.Code, "partition count must be positive")
 			continue
 		}
+		if !req.ValidateOnly && int64(created)+int64(n) > int64(maxPartitionsPerRequest) {
+			// One request's work is bounded (each partition is a directory
+			// of open files, made under the registry lock).
+			fail(kerr.PolicyViolation.Code, "this request already creates as many partitions as one request may (100000 in all): ask again for the rest")
+			continue
+		}
 		configs := map[string]string{}
 		for _, c := range rt.Configs {
 			if c.Value != nil {
@@ -81,6 +90,9 @@ func (s *Server) handleCreateTopics(req *kmsg.CreateTopicsRequest) (kmsg.Respons
 			}
 			continue
 		}
+		if !req.ValidateOnly {
+			created += int(n)
+		}
 		st.TopicID = t.id
 		st.NumPartitions, st.ReplicationFactor = n, 1
 		st.Configs = s.createTopicsConfigs(t.configs)
@@ -88,6 +100,10 @@ func (s *Server) handleCreateTopics(req *kmsg.CreateTopicsRequest) (kmsg.Respons
 	}
 	return resp, nil
 }
+
+// maxPartitionsPerRequest bounds the partitions one CreateTopics creates
+// in all. (A variable for tests.)
+var maxPartitionsPerRequest = maxPartitions
 
 func (s *Server) assignmentIsSelf(as []kmsg.CreateTopicsRequestTopicReplicaAssignment) bool {
 	for _, a := range as {

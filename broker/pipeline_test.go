@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -435,4 +436,61 @@ func TestIdleProducerStateExpires(t *testing.T) {
 	}
 	clock.Add((2 * time.Minute).Milliseconds())
 	waitUntil(t, 5*time.Second, func() bool { return producers() == 0 })
+}
+
+// TestTopicCreationPerRequestBounds: a Metadata request auto-creates at
+// most maxAutoCreates topics (the rest LEADER_NOT_AVAILABLE, created when
+// asked again), and a CreateTopics creates at most maxPartitionsPerRequest
+// partitions in all (the rest POLICY_VIOLATION).
+func TestTopicCreationPerRequestBounds(t *testing.T) {
+	defer func(n int) { maxPartitionsPerRequest = n }(maxPartitionsPerRequest)
+	maxPartitionsPerRequest = 10
+	ts, _ := rawConn(t, "")
+	cl, adm := client(t, ts.addr)
+	ctx := ctxT(t)
+	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = true
+	for i := 0; i < maxAutoCreates+6; i++ {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(fmt.Sprintf("auto-%d", i))
+		req.Topics = append(req.Topics, rt)
+	}
+	count := func() (ok, later int) {
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rt := range resp.Topics {
+			switch rt.ErrorCode {
+			case 0:
+				ok++
+			case kerr.LeaderNotAvailable.Code:
+				later++
+			default:
+				t.Fatalf("%s: error %d", *rt.Topic, rt.ErrorCode)
+			}
+		}
+		return
+	}
+	if ok, later := count(); ok != maxAutoCreates || later != 6 {
+		t.Fatalf("first request: %d created, %d for later; want %d and 6", ok, later, maxAutoCreates)
+	}
+	if ok, later := count(); ok != maxAutoCreates+6 || later != 0 {
+		t.Fatalf("second request: %d there, %d for later", ok, later)
+	}
+	resp, err := adm.CreateTopics(ctx, 4, 1, nil, "c1", "c2", "c3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused int
+	for _, r := range resp {
+		if errors.Is(r.Err, kerr.PolicyViolation) {
+			refused++
+		} else if r.Err != nil {
+			t.Fatalf("%s: %v", r.Topic, r.Err)
+		}
+	}
+	if refused != 1 {
+		t.Fatalf("3 topics of 4 partitions under a bound of 10: %d refused, want 1", refused)
+	}
 }
