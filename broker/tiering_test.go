@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -1079,15 +1080,8 @@ func TestUploadLagWithTheBucketAwayFromTheStart(t *testing.T) {
 // the bucket still names it); once the bucket is back, the sweep copies
 // topics.json without the topic, then deletes the topic's objects.
 func TestDeletedTopicObjectsGoEvenAfterAnOutage(t *testing.T) {
-	store := tiering.NewMemStore()
-	ts := sweepingBroker(t, store, "doomed")
-	_, adm := client(t, ts.addr)
+	ts, store, adm, objects := sweptTopicInTheBucket(t, "doomed")
 	ctx := ctxT(t)
-	objects := func() int {
-		keys, _ := store.List(ctx, "doomed")
-		return len(keys)
-	}
-	waitUntil(t, 10*time.Second, func() bool { return objects() >= 4 })
 	var away atomic.Bool
 	store.SetFault(func(op, key string) error {
 		if away.Load() && op != "list" { // the test still looks
@@ -1174,15 +1168,8 @@ func TestUnreadableForgetFileIsKeptAside(t *testing.T) {
 // sweeps that retry deleted topics' objects leave its objects alone (the
 // topic was gone from memory only, and its bucket data with it).
 func TestFailedDeleteKeepsTheBucketObjects(t *testing.T) {
-	store := tiering.NewMemStore()
-	ts := sweepingBroker(t, store, "kept")
-	_, adm := client(t, ts.addr)
+	ts, _, adm, objects := sweptTopicInTheBucket(t, "kept")
 	ctx := ctxT(t)
-	objects := func() int {
-		keys, _ := store.List(ctx, "kept")
-		return len(keys)
-	}
-	waitUntil(t, 10*time.Second, func() bool { return objects() >= 4 })
 	// topics.json cannot be replaced while a directory has its name.
 	path := filepath.Join(ts.cfg.DataDir, topicsFile)
 	saved, err := os.ReadFile(path)
@@ -1311,6 +1298,21 @@ func sweepingBroker(t *testing.T, store *tiering.MemStore, topic string) *testSe
 	cl, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
 	produceFiller(t, cl, topic, 20)
 	return ts
+}
+
+// sweptTopicInTheBucket starts a sweepingBroker with topic and waits until
+// the bucket holds some of its objects; objects counts them.
+func sweptTopicInTheBucket(t *testing.T, topic string) (*testServer, *tiering.MemStore, *kadm.Client, func() int) {
+	t.Helper()
+	store := tiering.NewMemStore()
+	ts := sweepingBroker(t, store, topic)
+	_, adm := client(t, ts.addr)
+	objects := func() int {
+		keys, _ := store.List(context.Background(), topic)
+		return len(keys)
+	}
+	waitUntil(t, 10*time.Second, func() bool { return objects() >= 4 })
+	return ts, store, adm, objects
 }
 
 // storeThatGoesAway returns a memory store whose every operation fails
