@@ -115,6 +115,8 @@ func (s *Server) topicOrCreate(name string, create bool, budget *int) (*topic, i
 	t, err := s.reg.create(name, s.cfg.DefaultPartitions, nil, false)
 	if err == errTopicExists {
 		t = s.reg.get(name)
+	} else if err == errTopicDeleting {
+		return nil, kerr.LeaderNotAvailable.Code // retriable: created when asked again
 	} else if err != nil {
 		return nil, s.errorCode(err)
 	}

@@ -81,6 +81,8 @@ func (s *Server) handleCreateTopics(req *kmsg.CreateTopicsRequest) (kmsg.Respons
 			switch {
 			case errors.Is(err, errTopicExists):
 				fail(kerr.TopicAlreadyExists.Code, "topic '"+rt.Topic+"' already exists")
+			case errors.Is(err, errTopicDeleting):
+				fail(kerr.TopicAlreadyExists.Code, "topic '"+rt.Topic+"' is still being deleted: ask again")
 			case validTopicName(rt.Topic) != nil:
 				fail(kerr.InvalidTopicException.Code, err.Error())
 			case validateConfigs(configs, s.cfg.Tier != nil) != nil:

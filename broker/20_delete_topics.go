@@ -35,16 +35,20 @@ func (s *Server) handleDeleteTopics(req *kmsg.DeleteTopicsRequest) (kmsg.Respons
 			parts := s.reg.partitionsOf(t)
 			if s.cfg.Tier != nil {
 				// Recorded before the topic goes, so a crash in between
-				// cannot leak its objects (a live topic's entry is skipped).
-				s.recordForgets(parts)
+				// cannot leak its objects (a live topic's entry is skipped,
+				// and dropped at the next start).
+				s.recordForgets(parts, false)
 			}
 			if err := s.reg.remove(t); err != nil {
 				st.ErrorCode = s.errorCode(err)
 				st.ErrorMessage = kmsg.StringPtr(err.Error())
+				if s.cfg.Tier != nil {
+					s.recordForgets(parts, true)
+				}
 			} else {
 				s.groups.TopicDeleted(t.name)
 				if s.cfg.Tier != nil {
-					s.forgetTiered(parts)
+					s.forgetTiered()
 				}
 			}
 		}

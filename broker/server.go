@@ -36,8 +36,9 @@ type Server struct {
 	// registry's lock, copied by the maintenance loop (never under that
 	// lock, so a slow bucket cannot stall the requests that look topics
 	// up).
-	mirrorMu       sync.Mutex // one copy of topics.json to the bucket at a time
-	forgetMu       sync.Mutex // tier-forget.json
+	mirrorMu       sync.Mutex  // one copy of topics.json to the bucket at a time
+	forgetMu       sync.Mutex  // tier-forget.json
+	forgetDue      atomic.Bool // a topic was deleted: forgetPending after the next pass
 	topicsMu       sync.Mutex
 	topicsJSON     []byte
 	topicsChanges  uint64 // saves so far (topicsMu)
@@ -112,6 +113,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.reg = reg
 	if cfg.Tier != nil {
+		s.pruneForgets() // no request served yet
 		reg.mirror = s.queueTopicsMirror
 		// Mirrored again at every start: a copy that failed before a
 		// restart is not left stale.
@@ -357,6 +359,9 @@ func (s *Server) maintain() {
 			}
 		}
 		wg.Wait()
+		if s.cfg.Tier != nil && s.forgetDue.Swap(false) {
+			s.forgetPending() // between passes: no upload of a deleted partition under way
+		}
 		s.checkDiskBudget() // what this pass uploaded can make room
 		if s.cfg.Tier != nil && time.Since(swept) >= s.cfg.OrphanSweepInterval {
 			s.cleanOrphans() // between passes: no upload is under way

@@ -411,7 +411,7 @@ func (s *Server) TierStatus(ctx context.Context) (st TierStatus, ok bool) {
 // every OrphanSweepInterval between two maintenance passes (no upload is
 // under way then).
 func (s *Server) cleanOrphans() {
-	s.forgetPending(nil) // deleted topics' objects a delete left behind
+	s.forgetPending() // deleted topics' objects a delete left behind
 	// A few partitions at once, as uploads; the first store error ends the
 	// sweep (the bucket is away or refusing: the next sweep tries again).
 	sem := make(chan struct{}, tierParallelism)
@@ -466,29 +466,49 @@ func (s *Server) mirrorProducers(ctx context.Context, p *partition) bool {
 	return true
 }
 
-// forgetTiered deletes a deleted topic's objects from the bucket in the
-// background (the topic id in the keys keeps them from ever mixing with a
-// new topic of the same name). The partitions are first recorded in
-// <data-dir>/tier-forget.json, and each orphan sweep retries what is still
-// there, so a delete during an outage or cut short by a crash is finished
-// later rather than leaked.
-func (s *Server) forgetTiered(parts []*partition) {
-	keys := make([]tiering.PartitionKey, len(parts))
-	for i, p := range parts {
-		keys[i] = p.tierKey()
-	}
-	go s.forgetPending(keys)
+// forgetTiered has a deleted topic's objects deleted from the bucket by
+// the next maintenance pass (the topic id in the keys keeps them from ever
+// mixing with a new topic of the same name). The partitions are first
+// recorded in <data-dir>/tier-forget.json (recordForgets), and each orphan
+// sweep retries what is still there, so a delete during an outage or cut
+// short by a crash is finished later rather than leaked. The deletion runs
+// on the maintenance goroutine, after the pass's uploads: an upload of the
+// same partition still under way would otherwise put back objects and a
+// manifest after they were deleted.
+func (s *Server) forgetTiered() {
+	s.forgetDue.Store(true)
+	s.kickTiering()
 }
 
 // recordForgets adds parts to forgetFile (DeleteTopics does it before the
-// topic goes).
-func (s *Server) recordForgets(parts []*partition) {
+// topic goes), or with undo takes them out again (the delete failed).
+func (s *Server) recordForgets(parts []*partition, undo bool) {
 	if err := s.editForgets(func(m map[tiering.PartitionKey]bool) {
 		for _, p := range parts {
-			m[p.tierKey()] = true
+			if undo {
+				delete(m, p.tierKey())
+			} else {
+				m[p.tierKey()] = true
+			}
 		}
 	}); err != nil {
 		s.logger.Warn("record a deleted topic's objects for deletion", zap.Error(err))
+	}
+}
+
+// pruneForgets drops forgetFile entries of topics that exist: a delete
+// that crashed between recording and removing the topic. Only at start,
+// before any request: a DeleteTopics records its entries before the topic
+// goes, so while requests are served such an entry is not stale.
+func (s *Server) pruneForgets() {
+	if err := s.editForgets(func(m map[tiering.PartitionKey]bool) {
+		for k := range m {
+			if s.reg.getByID(k.TopicID) != nil {
+				delete(m, k)
+			}
+		}
+	}); err != nil {
+		s.logger.Warn("prune the deleted topics' objects to delete", zap.Error(err))
 	}
 }
 
@@ -554,27 +574,29 @@ func (s *Server) readForgetsLocked() map[tiering.PartitionKey]bool {
 	return m
 }
 
-// forgetPending deletes the objects of keys (all pending ones if nil),
-// once topics.json without their topics is in the bucket (else a restore
-// would bring back a topic whose objects are gone), and drops each from
-// forgetFile when its objects are gone. What fails stays for the next sweep.
-func (s *Server) forgetPending(keys []tiering.PartitionKey) {
+// forgetPending deletes the objects of the partitions in forgetFile, once
+// topics.json without their topics is in the bucket (else a restore would
+// bring back a topic whose objects are gone), and drops each from
+// forgetFile when its objects are gone. What fails stays for the next
+// sweep. It runs on the maintenance goroutine only, between passes (no
+// upload under way).
+func (s *Server) forgetPending() {
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
 	defer cancel()
-	if keys == nil {
-		s.forgetMu.Lock()
-		for k := range s.readForgetsLocked() {
-			keys = append(keys, k)
-		}
-		s.forgetMu.Unlock()
+	var keys []tiering.PartitionKey
+	s.forgetMu.Lock()
+	for k := range s.readForgetsLocked() {
+		keys = append(keys, k)
 	}
+	s.forgetMu.Unlock()
 	if len(keys) == 0 || !s.mirrorTopics(ctx) {
 		return
 	}
 	var done []tiering.PartitionKey
 	for _, pk := range keys {
 		if s.reg.getByID(pk.TopicID) != nil {
-			done = append(done, pk) // not deleted after all (a stale entry): keep its objects
+			// Recorded by a DeleteTopics that has not removed the topic
+			// yet (or failed to, and takes the entry out itself).
 			continue
 		}
 		err := s.cfg.Tier.Forget(ctx, pk)
@@ -586,7 +608,7 @@ func (s *Server) forgetPending(keys []tiering.PartitionKey) {
 		}
 		if err != nil {
 			s.logger.Warn("delete a deleted topic's objects (retried at the next sweep)", zap.String("topic", pk.Topic), zap.Int32("partition", pk.Partition), zap.Error(err))
-			continue
+			break // the bucket is away or refusing: the rest can wait too
 		}
 		done = append(done, pk)
 	}

@@ -1163,6 +1163,102 @@ func TestUnreadableForgetFileIsKeptAside(t *testing.T) {
 	})
 }
 
+// TestDeleteDuringAnUploadLeavesNothing: a topic deleted while an upload of
+// one of its segments is under way loses every object once that upload
+// ends; the deletion used to run at once, beside the upload, which then put
+// back its segment and a manifest naming deleted objects, for good.
+func TestDeleteDuringAnUploadLeavesNothing(t *testing.T) {
+	store := tiering.NewMemStore()
+	release := make(chan struct{})
+	var blocked atomic.Bool
+	store.SetFault(func(op, key string) error {
+		if op == "put" && strings.HasPrefix(key, "mid-") && strings.HasSuffix(key, ".log") && blocked.CompareAndSwap(false, true) {
+			<-release // this upload hangs until the topic is deleted
+		}
+		return nil
+	})
+	ts := startServerConfig(t, Config{Tier: tiering.New(store, nil, 8<<20), MaintenanceInterval: 20 * time.Millisecond,
+		OrphanSweepInterval: time.Hour})
+	_, adm := client(t, ts.addr)
+	ctx := ctxT(t)
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("5000")}, "mid"); err != nil {
+		t.Fatal(err)
+	}
+	cl, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
+	produceFiller(t, cl, "mid", 20)
+	waitUntil(t, 10*time.Second, blocked.Load)
+	if _, err := adm.DeleteTopics(ctx, "mid"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // an immediate deletion would run now
+	close(release)
+	objects := func() int {
+		keys, _ := store.List(ctx, "mid-")
+		return len(keys)
+	}
+	waitUntil(t, 10*time.Second, func() bool { return objects() == 0 })
+	time.Sleep(200 * time.Millisecond) // more passes: nothing comes back
+	if n := objects(); n != 0 {
+		t.Fatalf("%d objects of the deleted topic back in the bucket", n)
+	}
+}
+
+// TestForgetEntriesOfLiveTopics: an entry in tier-forget.json for a topic
+// that exists (a DeleteTopics between recording and removing it, or one
+// that crashed there) deletes nothing and stays while the broker runs; the
+// next start drops it.
+func TestForgetEntriesOfLiveTopics(t *testing.T) {
+	store := tiering.NewMemStore()
+	dir := t.TempDir()
+	ts := startTiered(t, dir, tiering.New(store, nil, 8<<20))
+	_, adm := client(t, ts.addr)
+	ctx := ctxT(t)
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("5000")}, "live"); err != nil {
+		t.Fatal(err)
+	}
+	cl, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
+	produceFiller(t, cl, "live", 20)
+	objects := func() int {
+		keys, _ := store.List(ctx, "live-")
+		return len(keys)
+	}
+	waitUntil(t, 10*time.Second, func() bool { return objects() >= 4 })
+	parts := ts.reg.partitionsOf(ts.reg.get("live"))
+	ts.recordForgets(parts, false)
+	n := objects()
+	ts.forgetPending()
+	if got := objects(); got < n {
+		t.Fatalf("%d objects of a live topic deleted", n-got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, forgetFile)); !bytes.Contains(b, []byte(`"live"`)) {
+		t.Fatalf("the entry went while the broker runs: %s", b)
+	}
+	ts.stop(t)
+	startTiered(t, dir, tiering.New(store, nil, 8<<20))
+	if b, _ := os.ReadFile(filepath.Join(dir, forgetFile)); bytes.Contains(b, []byte(`"live"`)) {
+		t.Fatalf("the entry of a live topic is still there after a start: %s", b)
+	}
+}
+
+// TestCreateWhileDeleting: a topic whose predecessor of the same name is
+// still having its files deleted is not created over them (they share
+// directories); asked again once the delete is done, it is.
+func TestCreateWhileDeleting(t *testing.T) {
+	ts := startServerConfig(t, Config{})
+	ts.reg.mu.Lock()
+	ts.reg.deleting = map[string]bool{"again": true}
+	ts.reg.mu.Unlock()
+	if _, err := ts.reg.create("again", 1, nil, false); !errors.Is(err, errTopicDeleting) {
+		t.Fatalf("create during the delete: %v", err)
+	}
+	ts.reg.mu.Lock()
+	delete(ts.reg.deleting, "again")
+	ts.reg.mu.Unlock()
+	if _, err := ts.reg.create("again", 1, nil, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestFailedDeleteKeepsTheBucketObjects: a DeleteTopics whose topics.json
 // save fails leaves the topic in place, in memory as on disk, so the
 // sweeps that retry deleted topics' objects leave its objects alone (the

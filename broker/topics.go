@@ -58,6 +58,9 @@ type registry struct {
 	mu     sync.RWMutex
 	topics map[string]*topic
 	byID   map[[16]byte]*topic
+	// deleting names topics whose partition files are being deleted: a
+	// topic of the same name waits (its directories are the same).
+	deleting map[string]bool
 }
 
 const topicsFile = "topics.json"
@@ -75,6 +78,10 @@ type topicsFileV1 struct {
 }
 
 var errTopicExists = errors.New("topic already exists")
+
+// errTopicDeleting: a topic of that name is still being deleted (Kafka:
+// "marked for deletion"); asked again, the create succeeds.
+var errTopicDeleting = errors.New("a topic of that name is still being deleted")
 
 // validTopicName applies Kafka's rules: 1-249 characters of [a-zA-Z0-9._-],
 // not "." or "..".
@@ -285,6 +292,9 @@ func (r *registry) create(name string, partitions int32, configs map[string]stri
 	if _, ok := r.topics[name]; ok {
 		return nil, errTopicExists
 	}
+	if r.deleting[name] {
+		return nil, errTopicDeleting
+	}
 	if validateOnly {
 		return &topic{name: name, configs: configs}, nil
 	}
@@ -337,6 +347,12 @@ func (r *registry) remove(t *topic) error {
 		r.saveLocked()
 	}
 	parts := t.partitions
+	if err == nil {
+		if r.deleting == nil {
+			r.deleting = map[string]bool{}
+		}
+		r.deleting[t.name] = true
+	}
 	r.mu.Unlock()
 	if err != nil {
 		return err
@@ -346,6 +362,9 @@ func (r *registry) remove(t *topic) error {
 			r.logger.Warn("delete partition", zap.String("topic", t.name), zap.Int32("partition", p.index), zap.Error(err))
 		}
 	}
+	r.mu.Lock()
+	delete(r.deleting, t.name)
+	r.mu.Unlock()
 	r.logger.Info("deleted topic", zap.String("topic", t.name))
 	return nil
 }

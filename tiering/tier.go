@@ -199,6 +199,14 @@ func (t *Tier) commit(ctx context.Context, pk PartitionKey, m *Manifest) error {
 		return fmt.Errorf("tiering: %s: manifest of %d segments is %d bytes, over the %d a whole-object read takes: %w", pk.dir(), len(m.Segments), len(b), maxWholeObject, ErrTooLarge)
 	}
 	if err := t.store.Put(ctx, pk.manifestKey(), bytes.NewReader(b), int64(len(b))); err != nil {
+		// The store may have taken it all the same (an answer lost, a
+		// timeout after the write): what the bucket holds is unknown, so
+		// the next reader loads it rather than trust the cached one (an
+		// orphan sweep against a stale manifest would delete objects the
+		// bucket's manifest names).
+		t.mu.Lock()
+		delete(t.manifests, pk)
+		t.mu.Unlock()
 		t.errs.Add(1)
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -1317,5 +1318,52 @@ func TestNothingWrittenTooLargeToReadBack(t *testing.T) {
 	}
 	if err := f.tier.commit(ctx, f.pk, m); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("manifest over the bound: %v", err)
+	}
+}
+
+// lostAnswerStore stores every Put but, while lose is set, answers a
+// manifest's Put with an error (an answer lost after the write).
+type lostAnswerStore struct {
+	*MemStore
+	lose atomic.Bool
+}
+
+func (s *lostAnswerStore) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	err := s.MemStore.Put(ctx, key, r, size)
+	if err == nil && s.lose.Load() && strings.HasSuffix(key, "manifest.json") {
+		return errors.New("injected: the answer was lost")
+	}
+	return err
+}
+
+// TestManifestAfterAnUncertainCommit: a manifest write that fails may have
+// been stored all the same, so the cached manifest is dropped and the next
+// reader loads what the bucket holds (an orphan sweep against the stale
+// cached one deleted the objects the bucket's manifest names).
+func TestManifestAfterAnUncertainCommit(t *testing.T) {
+	f := newFixture(t)
+	st := &lostAnswerStore{MemStore: f.store}
+	f.tier = New(st, zaptest.NewLogger(t), 1<<20)
+	ctx := context.Background()
+	f.produce(20, 1000)
+	if _, err := f.tier.Upload(ctx, f.pk, f.lp); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := f.tier.Manifest(ctx, f.pk)
+	f.produce(20, 2000)
+	st.lose.Store(true)
+	if _, err := f.tier.Upload(ctx, f.pk, f.lp); err == nil {
+		t.Fatal("upload with its manifest answer lost: no error")
+	}
+	st.lose.Store(false)
+	m, err := f.tier.Manifest(ctx, f.pk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Next() <= before.Next() {
+		t.Fatalf("manifest ends at %d, as before the commit (%d); the bucket's is further", m.Next(), before.Next())
+	}
+	if n, err := f.tier.CleanOrphans(ctx, f.pk); err != nil || n != 0 {
+		t.Fatalf("orphan sweep after the uncertain commit deleted %d objects (%v)", n, err)
 	}
 }
