@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -398,5 +400,49 @@ func TestSealedSegmentsSurviveACrash(t *testing.T) {
 		if after[i].Base != sg.Base || after[i].Next != sg.Next || after[i].Size != sg.Size {
 			t.Fatalf("sealed segment %d: %+v before the crash, %+v after", i, sg, after[i])
 		}
+	}
+}
+
+// TestConcurrentFsyncFailureIsNotLost: an fsync of the active file that
+// fails while a roll fsyncs the same file is latched before the roll's
+// fsync runs, so the roll (whose fsync the kernel would answer with
+// success: a writeback error is reported once) neither seals the segment
+// nor moves the high watermark over pages that never reached the disk.
+func TestConcurrentFsyncFailureIsNotLost(t *testing.T) {
+	mfs, fsys := newMemFS(t)
+	s := openStore(t, fsys, 0) // durable: the high watermark waits for fsync
+	p := mustOpen(t, s, "/data/t-0", Config{})
+	if _, err := p.Append(testbatch.Make(testbatch.Options{Records: 1, Timestamp: 1})); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var syncs atomic.Int32
+	mfs.SetInjector(func(op memfs.Op, path string) error {
+		if op != memfs.OpSync || !strings.HasSuffix(path, ".log") {
+			return nil
+		}
+		if syncs.Add(1) == 1 {
+			close(entered)
+			<-release
+			return syscall.EIO // this fsync loses the pages
+		}
+		return nil // a later fsync of the same file: no error left to report
+	})
+	synced := make(chan struct{})
+	go func() { p.Sync(); close(synced) }()
+	<-entered
+	rolled := make(chan error, 1)
+	go func() { rolled <- p.Roll() }()
+	time.Sleep(50 * time.Millisecond) // the roll reaches its fsync
+	close(release)
+	<-synced
+	if err := <-rolled; err == nil {
+		t.Fatal("the roll succeeded beside a failed fsync of the same file")
+	}
+	if hw := p.HighWatermark(); hw != 0 {
+		t.Fatalf("high watermark %d over pages whose fsync failed", hw)
+	}
+	if n := len(p.SealedSegments()); n != 0 {
+		t.Fatalf("%d segments sealed over a failed fsync", n)
 	}
 }

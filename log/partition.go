@@ -81,6 +81,7 @@ type Partition struct {
 	hw       atomic.Pointer[mark]
 	logStart atomic.Int64
 	failed   atomic.Pointer[StorageError]
+	syncMu   sync.Mutex // one fsync of the active file at a time (fsyncActive)
 	notify   atomic.Pointer[chan struct{}]
 	waiting  atomic.Bool  // someone holds the current notify channel
 	wokeAt   atomic.Int64 // when wake last closed a notify channel: nanoseconds since clockStart
@@ -177,14 +178,39 @@ func (p *Partition) setHWLocked(m mark) {
 
 // failLocked latches a storage error: the partition goes offline.
 func (p *Partition) failLocked(op string, err error) error {
+	se := p.latch(op, err)
+	p.wake()
+	return se
+}
+
+// latch records the partition's storage error (the first one stays) and
+// returns the one recorded. It needs no lock: fsyncActive latches before
+// anyone else can fsync.
+func (p *Partition) latch(op string, err error) *StorageError {
+	se := &StorageError{Op: op, Err: err}
+	if !p.failed.CompareAndSwap(nil, se) {
+		return p.failed.Load()
+	}
+	p.logger.Error("partition offline", zap.String("op", op), zap.Error(err))
+	return se
+}
+
+// fsyncActive fsyncs the active segment's file f, one caller at a time,
+// and latches a failure before the next caller's fsync can run. Linux
+// reports a writeback error to one fsync only: a second one running beside
+// it (the syncer's and a roll's, or Close's) would return success for pages
+// that never reached the disk, and advance the high watermark over them.
+// Lock order: p.mu (if held) before syncMu.
+func (p *Partition) fsyncActive(f File) error {
+	p.syncMu.Lock()
+	defer p.syncMu.Unlock()
 	if e := p.failed.Load(); e != nil {
 		return e
 	}
-	se := &StorageError{Op: op, Err: err}
-	p.failed.Store(se)
-	p.logger.Error("partition offline", zap.String("op", op), zap.Error(err))
-	p.wake()
-	return se
+	if err := f.Sync(); err != nil {
+		return p.latch("fsync", err)
+	}
+	return nil
 }
 
 // Append validates one v2 RecordBatch (bytes exactly as a client sent them),
@@ -309,13 +335,18 @@ func (p *Partition) sync(final bool) {
 
 	var err error
 	if h != nil {
-		err = h.f.Sync()
+		err = p.fsyncActive(h.f)
 	}
 
 	p.mu.Lock()
-	if err != nil {
+	switch {
+	case err != nil:
 		p.failLocked("fsync", err)
-	} else {
+	case p.failed.Load() != nil:
+		// Another fsync of this file failed meanwhile (this one's success
+		// may cover pages that one lost): no high watermark move.
+		p.wake()
+	default:
 		p.setHWLocked(target)
 	}
 	if h != nil {
@@ -339,7 +370,7 @@ func (p *Partition) sync(final bool) {
 func (p *Partition) rollLocked() error {
 	old := p.active
 	if p.activeH != nil {
-		if err := p.activeH.f.Sync(); err != nil {
+		if err := p.fsyncActive(p.activeH.f); err != nil {
 			return p.failLocked("fsync", err)
 		}
 	}
