@@ -446,3 +446,79 @@ func TestConcurrentFsyncFailureIsNotLost(t *testing.T) {
 		t.Fatalf("%d segments sealed over a failed fsync", n)
 	}
 }
+
+// TestSealedSegmentShortOrMissing: a sealed segment cut at a batch
+// boundary, or a whole segment missing between two, leaves the partition
+// openable (the broker starts); the missing offsets read as ErrCorrupt and
+// every other batch reads back whole.
+func TestSealedSegmentShortOrMissing(t *testing.T) {
+	for _, damage := range []string{"cut", "missing"} {
+		t.Run(damage, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(11, 12))
+			mfs, fsys := newMemFS(t)
+			s := openStore(t, fsys, 0)
+			cfg := Config{SegmentBytes: 3000, IndexIntervalBytes: 300, RetentionMs: -1}
+			p := mustOpen(t, s, "/data/t-0", cfg)
+			want := map[int64][]byte{}
+			if err := appendDurable(p, rng, 60, want); err != nil {
+				t.Fatal(err)
+			}
+			segs := p.segments()
+			if len(segs) < 4 {
+				t.Fatalf("want several segments, got %d", len(segs))
+			}
+			victim := segs[1]
+			lost := map[int64]bool{} // base offsets of the batches gone
+			var batches []SegmentBatch
+			if _, _, err := DumpSegment(fsys, victim.logPath, func(b SegmentBatch) { batches = append(batches, b) }); err != nil {
+				t.Fatal(err)
+			}
+			p.Close()
+			switch damage {
+			case "cut": // the last batch gone, the cut at a batch boundary
+				last := batches[len(batches)-1]
+				lost[last.Header.BaseOffset] = true
+				f, err := mfs.OpenFile(victim.logPath, os.O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := f.Truncate(last.Pos); err != nil {
+					t.Fatal(err)
+				}
+				f.Close()
+				fsys.Remove(victim.indexPath()) // rebuilt from the short file
+			case "missing":
+				for _, b := range batches {
+					lost[b.Header.BaseOffset] = true
+				}
+				for _, path := range []string{victim.logPath, victim.indexPath(), victim.timeIndexPath()} {
+					if err := fsys.Remove(path); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			p, err := openStore(t, fsys, 0).OpenPartition("/data/t-0", cfg)
+			if err != nil {
+				t.Fatalf("open with a %s sealed segment: %v", damage, err)
+			}
+			defer p.Close()
+			for off := range want {
+				res, err := p.Read(off, 1)
+				if lost[off] {
+					if !errors.Is(err, ErrCorrupt) {
+						t.Fatalf("read of lost batch %d: %v, want ErrCorrupt", off, err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("read %d: %v", off, err)
+				}
+				buf, _ := res.AppendTo(nil)
+				res.Release()
+				if h, _ := ParseBatchHeader(buf); h.BaseOffset != off || string(buf[:h.Length]) != string(want[off]) {
+					t.Fatalf("read %d: wrong batch %d", off, h.BaseOffset)
+				}
+			}
+		})
+	}
+}

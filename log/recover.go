@@ -264,6 +264,7 @@ func (p *Partition) openSealed(seg *segment, successor int64) error {
 		seg.next.Store(m.next)
 		seg.maxTs.Store(m.maxTs)
 		seg.idx = ix
+		p.checkSuccessor(seg, size, successor)
 		return nil
 	}
 	p.logger.Info("rebuilding segment index", zap.Int64("base_offset", seg.base), zap.String("reason", err.Error()))
@@ -284,7 +285,24 @@ func (p *Partition) openSealed(seg *segment, successor int64) error {
 	if err := writeIndexes(p.store.fs, seg, true); err != nil {
 		p.logger.Warn("write index", zap.Int64("base_offset", seg.base), zap.Error(err))
 	}
+	p.checkSuccessor(seg, size, successor)
 	return nil
+}
+
+// checkSuccessor handles a sealed segment that does not end where the next
+// one starts: whole batches are missing at its end (the file cut at a
+// batch boundary) or a whole segment between the two is gone. Like other
+// damage in a sealed segment it keeps the partition open: the missing
+// offsets belong to it, and reads reaching them fail (ErrCorrupt).
+func (p *Partition) checkSuccessor(seg *segment, size, successor int64) {
+	next := seg.next.Load()
+	if next == successor {
+		return
+	}
+	seg.corruptAt = size
+	seg.next.Store(successor)
+	p.logger.Error("sealed segment does not end where the next one starts: the offsets between are missing",
+		zap.Int64("base_offset", seg.base), zap.Int64("ends_at", next), zap.Int64("next_segment", successor))
 }
 
 // rebuild scans seg's log from the start, building its index in memory and
