@@ -522,3 +522,43 @@ func TestSealedSegmentShortOrMissing(t *testing.T) {
 		})
 	}
 }
+
+// TestFailedFsyncBytesGoAtRestart: after an fsync fails, a restart without
+// a reboot (the failed pages still in the page cache, and a later fsync
+// would not report them again) cuts the bytes past the last successful
+// fsync, which were never acknowledged, instead of counting them durable
+// and appending acknowledged records after a hole the next reboot opens.
+func TestFailedFsyncBytesGoAtRestart(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	mfs, fsys := newMemFS(t)
+	s := openStore(t, fsys, 0)
+	p := mustOpen(t, s, "/data/t-0", Config{})
+	want := map[int64][]byte{}
+	if err := appendDurable(p, rng, 10, want); err != nil {
+		t.Fatal(err)
+	}
+	acked := p.LogEndOffset()
+	mfs.SetInjector(memfs.FailNth(memfs.OpSync, 1, syscall.EIO))
+	if err := appendDurable(p, rng, 3, map[int64][]byte{}); !errors.Is(err, ErrStorage) {
+		t.Fatalf("append with a failing fsync: %v", err)
+	}
+	mfs.SetInjector(nil)
+	s.Close()
+	// The restart reads the same (page-cache) view of the files.
+	p2 := mustOpen(t, openStore(t, fsys, 0), "/data/t-0", Config{})
+	if leo := p2.LogEndOffset(); leo != acked {
+		t.Fatalf("log end %d after a restart, want %d: bytes whose fsync failed count as durable", leo, acked)
+	}
+	readAll(t, p2, rng, want)
+	if err := appendDurable(p2, rng, 3, want); err != nil {
+		t.Fatal(err)
+	}
+	end := p2.LogEndOffset()
+	p2.Close()
+	// The mark is gone: a further restart keeps what was appended since.
+	p3 := mustOpen(t, openStore(t, fsys, 0), "/data/t-0", Config{})
+	if leo := p3.LogEndOffset(); leo != end {
+		t.Fatalf("log end %d after the next restart, want %d", leo, end)
+	}
+	readAll(t, p3, rng, want)
+}

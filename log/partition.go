@@ -179,8 +179,25 @@ func (p *Partition) setHWLocked(m mark) {
 // failLocked latches a storage error: the partition goes offline.
 func (p *Partition) failLocked(op string, err error) error {
 	se := p.latch(op, err)
+	if op == "fsync" {
+		p.markUnsyncedLocked()
+	}
 	p.wake()
 	return se
+}
+
+// markUnsyncedLocked records, after a failed fsync, how much of the active
+// segment is known durable (see partitionState.Unsynced). Best effort: the
+// restart that needs it reads through the same page cache.
+func (p *Partition) markUnsyncedLocked() {
+	size := int64(0)
+	if hw := p.hw.Load(); hw.seg == p.active {
+		size = hw.pos
+	}
+	st := partitionState{LogStartOffset: p.logStart.Load(), Unsynced: &durableEnd{Base: p.active.base, Size: size}}
+	if err := writeState(p.store.fs, p.dir, st); err != nil {
+		p.logger.Error("record the durable end after a failed fsync", zap.Error(err))
+	}
 }
 
 // latch records the partition's storage error (the first one stays) and

@@ -22,6 +22,19 @@ type partitionState struct {
 	Version        int         `json:"version"`
 	LogStartOffset int64       `json:"log_start_offset"`
 	Clean          *cleanState `json:"clean,omitempty"` // set only by a clean close
+	// Unsynced is set when an fsync failed: the active segment is durable
+	// only up to Size. The failed pages may still be in the page cache,
+	// where a restart (without a reboot) would read them as if they were
+	// on disk, and a later fsync would not report them again: the next
+	// open cuts the segment there first (those bytes were never
+	// acknowledged), before anything is appended after them.
+	Unsynced *durableEnd `json:"unsynced,omitempty"`
+}
+
+// durableEnd is how much of segment Base is known to be on disk.
+type durableEnd struct {
+	Base int64 `json:"base"`
+	Size int64 `json:"size"`
 }
 
 // cleanState records the active segment at a clean close. It is trusted on
@@ -32,6 +45,23 @@ type cleanState struct {
 	Size         int64 `json:"size"`
 	Next         int64 `json:"next"`
 	MaxTimestamp int64 `json:"max_timestamp"`
+}
+
+// cutUnsynced truncates seg's log to size, the end of its last successful
+// fsync before an fsync failed (see partitionState.Unsynced).
+func (p *Partition) cutUnsynced(seg *segment, size int64) error {
+	have, err := fileSize(p.store.fs, seg.logPath)
+	if err != nil || have <= size {
+		return err
+	}
+	f, err := p.store.fs.OpenFile(seg.logPath, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	p.logger.Warn("cutting bytes whose fsync failed (never acknowledged)", zap.String("segment", filepath.Base(seg.logPath)),
+		zap.Int64("durable_bytes", size), zap.Int64("dropped_bytes", have-size))
+	return f.Truncate(size)
 }
 
 func writeState(fs FS, dir string, st partitionState) error {
@@ -170,11 +200,23 @@ func (p *Partition) open() error {
 			}
 			continue
 		}
+		if u := st.Unsynced; u != nil && u.Base == seg.base {
+			if err := p.cutUnsynced(seg, u.Size); err != nil {
+				return err
+			}
+		}
 		scanned, err := p.openActive(seg, st.Clean)
 		if err != nil {
 			return err
 		}
 		dirty = dirty || scanned
+		if st.Unsynced != nil {
+			// The cut is durable (openActive fsyncs what it scanned): the
+			// mark goes before anything can be appended past it.
+			if err := writeState(fsys, p.dir, partitionState{LogStartOffset: st.LogStartOffset}); err != nil {
+				return err
+			}
+		}
 	}
 	p.segs.Store(&segs)
 	p.active = segs[len(segs)-1]
