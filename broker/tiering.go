@@ -412,6 +412,15 @@ func (s *Server) TierStatus(ctx context.Context) (st TierStatus, ok bool) {
 // under way then).
 func (s *Server) cleanOrphans() {
 	s.forgetPending() // deleted topics' objects a delete left behind
+	// Incomplete multipart uploads an interrupted upload left (stored and
+	// billed, but in no listing of objects): none of ours runs now.
+	ctx, cancel := context.WithTimeout(s.ctx, tierOpTimeout)
+	if n, err := s.cfg.Tier.AbortUploads(ctx); err != nil {
+		s.logger.Warn("abort incomplete uploads (retried at the next sweep)", zap.Error(err))
+	} else if n > 0 {
+		s.logger.Info("aborted incomplete uploads", zap.Int("uploads", n))
+	}
+	cancel()
 	// A few partitions at once, as uploads; the first store error ends the
 	// sweep (the bucket is away or refusing: the next sweep tries again).
 	sem := make(chan struct{}, tierParallelism)

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
@@ -141,6 +143,11 @@ func (d *LocalDir) mkdirs(dir string) error {
 		if errors.Is(err, fs.ErrExist) {
 			fi, serr := os.Stat(cur)
 			if serr == nil && fi.IsDir() {
+				// Made by a concurrent Put, maybe not yet durable in its
+				// parent: this Put's durability must not wait on that one.
+				if err := syncDir(parent); err != nil {
+					return err
+				}
 				continue
 			}
 			if serr == nil {
@@ -182,12 +189,24 @@ func (d *LocalDir) writeTemp(final string, r io.Reader, size int64) (string, err
 	if size < 0 {
 		return fail(fmt.Errorf("negative size %d", size))
 	}
-	n, err := io.Copy(f, io.LimitReader(r, size))
+	src := io.LimitReader(r, size)
+	var h hash.Hash32
+	cb, known := r.(*crc32cBody)
+	if known {
+		// The bytes copied must be the ones checksummed before (the
+		// manifest vouches for that checksum).
+		h = crc32.New(castagnoli)
+		src = io.TeeReader(src, h)
+	}
+	n, err := io.Copy(f, src)
 	if err != nil {
 		return fail(fmt.Errorf("write: %w", err))
 	}
 	if n != size {
 		return fail(fmt.Errorf("short body: %d of %d bytes: %w", n, size, io.ErrUnexpectedEOF))
+	}
+	if known && h.Sum32() != cb.sum {
+		return fail(fmt.Errorf("the body copied (crc32c %08x) is not the one checksummed before (%08x)", h.Sum32(), cb.sum))
 	}
 	if err := f.Sync(); err != nil {
 		return fail(fmt.Errorf("fsync: %w", err))

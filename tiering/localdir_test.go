@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -181,5 +183,28 @@ func TestLocalDirNewErrors(t *testing.T) {
 	}
 	if _, err := NewLocalDir(f); err == nil {
 		t.Fatal("NewLocalDir on a file succeeded")
+	}
+}
+
+// TestLocalDirCopyMustMatchItsChecksum: a copied upload body whose bytes
+// are not those its known checksum was computed from is refused, and
+// nothing is stored.
+func TestLocalDirCopyMustMatchItsChecksum(t *testing.T) {
+	d, err := NewLocalDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	data := randBytes(3, 10000)
+	wrong := &crc32cBody{io.NewSectionReader(bytes.NewReader(data), 0, int64(len(data))), crc32.Checksum(data, castagnoli) ^ 1}
+	if err := Retrying(d, 3).Put(ctx, "t/seg.log", wrong, int64(len(data))); err == nil {
+		t.Fatal("a body that is not the checksummed one was stored")
+	}
+	if _, err := d.GetRange(ctx, "t/seg.log", 0, -1); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("object after a refused Put: %v", err)
+	}
+	right := &crc32cBody{io.NewSectionReader(bytes.NewReader(data), 0, int64(len(data))), crc32.Checksum(data, castagnoli)}
+	if err := Retrying(d, 3).Put(ctx, "t/seg.log", right, int64(len(data))); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -97,6 +97,21 @@ func (r *retryStore) GetRange(ctx context.Context, key string, off, n int64) ([]
 
 // GetRangeInto implements RangeReader; a retry calls onRead from position 0
 // again.
+// AbortUploads implements UploadAborter when the wrapped store does.
+func (r *retryStore) AbortUploads(ctx context.Context) (int, error) {
+	a, ok := r.s.(UploadAborter)
+	if !ok {
+		return 0, nil
+	}
+	var n int
+	err := r.do(ctx, func() error {
+		var err error
+		n, err = a.AbortUploads(ctx)
+		return err
+	})
+	return n, err
+}
+
 func (r *retryStore) GetRangeInto(ctx context.Context, key string, off int64, dst []byte, onRead func(int, []byte)) error {
 	return r.do(ctx, func() error { return getRangeInto(ctx, r.s, key, off, dst, onRead) })
 }

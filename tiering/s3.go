@@ -37,6 +37,9 @@ const (
 	MinS3PartSize = 5 << 20
 	// maxS3Parts is S3's limit on parts in one multipart upload.
 	maxS3Parts = 10000
+	// maxS3PartSize bounds the part size asked for: each part is buffered
+	// in memory (S3's own limit is 5 GiB).
+	maxS3PartSize = 1 << 30
 )
 
 // S3Config selects a bucket (and key prefix) on S3 or an S3-compatible
@@ -113,8 +116,8 @@ func ParseS3URL(u string) (S3Config, error) {
 			c.PathStyle = b
 		case "part_size":
 			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < MinS3PartSize {
-				return c, fmt.Errorf("tiering: bad s3 url %q: part_size=%q (want bytes >= %d)", u, v, MinS3PartSize)
+			if err != nil || n < MinS3PartSize || n > maxS3PartSize {
+				return c, fmt.Errorf("tiering: bad s3 url %q: part_size=%q (want bytes in [%d, %d])", u, v, MinS3PartSize, int64(maxS3PartSize))
 			}
 			c.PartSize = n
 		default:
@@ -147,8 +150,8 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 	if partSize == 0 {
 		partSize = DefaultS3PartSize
 	}
-	if partSize < MinS3PartSize {
-		return nil, fmt.Errorf("tiering: s3: part size %d below the S3 minimum %d", partSize, MinS3PartSize)
+	if partSize < MinS3PartSize || partSize > maxS3PartSize {
+		return nil, fmt.Errorf("tiering: s3: part size %d outside S3's [%d, %d]", partSize, MinS3PartSize, int64(maxS3PartSize))
 	}
 	var opts []func(*config.LoadOptions) error
 	if c.Region != "" {
@@ -253,11 +256,13 @@ func (s *S3) s3Err(op, key string, err error) error {
 		status = re.HTTPStatusCode()
 	}
 	switch {
-	case code == "NoSuchKey" || code == "NotFound" ||
-		(status == http.StatusNotFound && code != "NoSuchBucket" && code != "NoSuchUpload"):
+	case code == "NoSuchKey" || (op == "head" && status == http.StatusNotFound && code != "NoSuchBucket"):
+		// Only an answer about the key: any other 404 (a wrong endpoint, a
+		// proxy, a missing bucket) is an error, never "no manifest here"
+		// (a restore would start empty and then mirror over the bucket).
 		sentinel = ErrNotFound
-	case op == "put-if-absent" && (status == http.StatusPreconditionFailed || code == "PreconditionFailed" ||
-		code == "ConditionalRequestConflict"):
+	case op == "put-if-absent" && (status == http.StatusPreconditionFailed || code == "PreconditionFailed"):
+		// (409 ConditionalRequestConflict is a race to retry, not an answer.)
 		sentinel = ErrExists
 	case status == http.StatusRequestedRangeNotSatisfiable || code == "InvalidRange":
 		sentinel = ErrBadRange
@@ -378,6 +383,7 @@ func (s *S3) putMultipart(ctx context.Context, op, key string, r io.Reader, size
 		// Best effort, even if ctx is what failed.
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
+		// (If this fails too, the next orphan sweep's AbortUploads ends it.)
 		_, _ = s.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{
 			Bucket:   aws.String(s.bucket),
 			Key:      full,
@@ -393,6 +399,8 @@ func (s *S3) putMultipart(ctx context.Context, op, key string, r io.Reader, size
 		}
 	}()
 	var parts []types.CompletedPart
+	var whole uint32 // of everything sent, for a body whose sum is known
+	cb, known := r.(*crc32cBody)
 	for off, num := int64(0), int32(1); off < size; off, num = off+partSize, num+1 {
 		n := min(partSize, size-off)
 		if _, err := io.ReadFull(r, buf[:n]); err != nil {
@@ -402,6 +410,9 @@ func (s *S3) putMultipart(ctx context.Context, op, key string, r io.Reader, size
 			return fmt.Errorf("s3 %s %q: read body at %d of %d: %w", op, key, off, size, err)
 		}
 		partSum := crc32cHeader(buf[:n], nil)
+		if known {
+			whole = crc32.Update(whole, castagnoli, buf[:n])
+		}
 		up, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
 			Bucket:         aws.String(s.bucket),
 			Key:            full,
@@ -424,6 +435,12 @@ func (s *S3) putMultipart(ctx context.Context, op, key string, r io.Reader, size
 			PartNumber:     aws.Int32(num),
 			ChecksumCRC32C: sum,
 		})
+	}
+	if known && whole != cb.sum {
+		// Each part's CRC guards its transfer only. The bytes read for the
+		// upload are not the ones the manifest's checksum was computed
+		// from: never complete an object the manifest would then vouch for.
+		return fmt.Errorf("s3 %s %q: the body read for the upload (crc32c %08x) is not the one checksummed before (%08x)", op, key, whole, cb.sum)
 	}
 	_, err = s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
 		Bucket:          aws.String(s.bucket),
@@ -648,6 +665,39 @@ func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
 	}
 	sort.Strings(keys)
 	return keys, nil
+}
+
+// AbortUploads implements UploadAborter: it aborts the multipart uploads
+// under the prefix that an interrupted Put left (a crash, a lost answer, an
+// abort that failed too).
+func (s *S3) AbortUploads(ctx context.Context) (int, error) {
+	p := s3.NewListMultipartUploadsPaginator(s.client, &s3.ListMultipartUploadsInput{
+		Bucket: aws.String(s.bucket),
+		Prefix: aws.String(s.prefix),
+	})
+	n := 0
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return n, s.s3Err("list multipart uploads", "", err)
+		}
+		for _, u := range page.Uploads {
+			if !strings.HasPrefix(aws.ToString(u.Key), s.prefix) {
+				continue
+			}
+			_, err := s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
+				Bucket: aws.String(s.bucket), Key: u.Key, UploadId: u.UploadId,
+			})
+			if err != nil {
+				if err := s.s3Err("abort multipart upload", strings.TrimPrefix(aws.ToString(u.Key), s.prefix), err); !errors.Is(err, ErrNotFound) {
+					return n, err
+				}
+				continue // gone meanwhile
+			}
+			n++
+		}
+	}
+	return n, nil
 }
 
 // unsignedPayload signs requests without hashing the body (SigV4

@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -292,6 +293,45 @@ func TestS3Multipart(t *testing.T) {
 	if len(ups.Uploads) != 0 {
 		t.Fatalf("%d multipart uploads left after a failed Put", len(ups.Uploads))
 	}
+	// A body whose bytes are not those its known checksum was computed
+	// from (the segment read differently by the upload pass) is never
+	// completed: each part's own CRC only guards its transfer.
+	seg := randBytes(9, 2*MinS3PartSize+5)
+	wrong := &crc32cBody{io.NewSectionReader(bytes.NewReader(seg), 0, int64(len(seg))), crc32.Checksum(seg, castagnoli) ^ 1}
+	if err := s.Put(ctx, "mismatch", wrong, int64(len(seg))); err == nil {
+		t.Fatal("multipart Put of a body that is not the checksummed one succeeded")
+	}
+	if _, err := s.GetRange(ctx, "mismatch", 0, -1); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("object after a refused multipart Put: %v", err)
+	}
+	right := &crc32cBody{io.NewSectionReader(bytes.NewReader(seg), 0, int64(len(seg))), crc32.Checksum(seg, castagnoli)}
+	if err := s.Put(ctx, "match", right, int64(len(seg))); err != nil {
+		t.Fatalf("multipart Put of the checksummed body: %v", err)
+	}
+
+	// Uploads an interrupted Put left are aborted by AbortUploads, under
+	// the store's prefix only.
+	elsewhere := v.Store("", "elsewhere")
+	for _, st := range []*S3{s, elsewhere} {
+		cr, err := st.Client().CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String(st.Bucket()), Key: aws.String(st.ObjectKey("left-behind"))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Client().UploadPart(ctx, &s3.UploadPartInput{Bucket: aws.String(st.Bucket()), Key: aws.String(st.ObjectKey("left-behind")),
+			UploadId: cr.UploadId, PartNumber: aws.Int32(1), Body: bytes.NewReader(make([]byte, 1000))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := Retrying(s, 3).(UploadAborter).AbortUploads(ctx); err != nil || n != 1 {
+		t.Fatalf("AbortUploads: %d aborted, %v; want 1", n, err)
+	}
+	ups, err = s.Client().ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(s.Bucket())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ups.Uploads) != 1 || !strings.HasPrefix(aws.ToString(ups.Uploads[0].Key), "elsewhere/") {
+		t.Fatalf("uploads left: %d (want the other prefix's one)", len(ups.Uploads))
+	}
 }
 
 // s3Serving returns an S3 store on bucket "b" of a test HTTP server
@@ -480,5 +520,26 @@ func TestS3WholeObjectIsBounded(t *testing.T) {
 	}
 	if b, err := st.GetRange(ctx, "small", 0, -1); err != nil || string(b) != "small" {
 		t.Fatalf("small object: %q, %v", b, err)
+	}
+}
+
+// TestS3OtherNotFoundIsNoAnswer: a 404 that is not S3 saying the key is
+// missing (a wrong endpoint, a proxy's page) is an error, not ErrNotFound:
+// a restore would otherwise start empty and then mirror over the bucket.
+func TestS3OtherNotFoundIsNoAnswer(t *testing.T) {
+	st := s3Serving(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "404 page not found", http.StatusNotFound)
+	})
+	ctx := context.Background()
+	if _, err := st.GetRange(ctx, "_synapse/topics.json", 0, -1); err == nil || errors.Is(err, ErrNotFound) {
+		t.Fatalf("a proxy's 404: %v, want an error that is not ErrNotFound", err)
+	}
+	missing := s3Serving(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message></Error>`)
+	})
+	if _, err := missing.GetRange(ctx, "_synapse/topics.json", 0, -1); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("S3's NoSuchKey: %v, want ErrNotFound", err)
 	}
 }

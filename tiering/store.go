@@ -64,6 +64,15 @@ type FileLinker interface {
 	LinkFile(ctx context.Context, key, path string, size int64) error
 }
 
+// UploadAborter is implemented by stores whose large Puts can leave
+// incomplete uploads behind when interrupted (S3 multipart uploads: their
+// parts are stored and billed, and no listing of objects shows them).
+// AbortUploads aborts every incomplete upload under the store's prefix and
+// returns how many; call it only while none of this broker's Puts runs.
+type UploadAborter interface {
+	AbortUploads(ctx context.Context) (int, error)
+}
+
 // RangeReader is implemented by stores that can read a range into the
 // caller's buffer (cold reads download into recycled chunk buffers instead
 // of a fresh allocation per GET). GetRangeInto fills dst with the len(dst)

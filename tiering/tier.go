@@ -473,6 +473,22 @@ func (t *Tier) Forget(ctx context.Context, pk PartitionKey) error {
 	return nil
 }
 
+// AbortUploads ends the incomplete uploads an interrupted Put left in the
+// store (S3 multipart uploads), if the store has such things. Call it only
+// while no Upload runs (the broker's orphan sweep does). It returns how
+// many were aborted.
+func (t *Tier) AbortUploads(ctx context.Context) (int, error) {
+	a, ok := t.store.(UploadAborter)
+	if !ok {
+		return 0, nil
+	}
+	n, err := a.AbortUploads(ctx)
+	if err != nil {
+		t.errs.Add(1)
+	}
+	return n, err
+}
+
 // CleanOrphans deletes segment objects of pk that its manifest does not
 // name and that no upload can still be writing: leftovers of an upload cut
 // short before its manifest commit, or of a retention pass cut short after
