@@ -2,8 +2,10 @@ package broker
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -84,7 +86,7 @@ func isDouble(v string) error {
 // (where Synapse differs on purpose, noted) defaults. Those marked "stored"
 // are accepted and reported for compatibility but do not change behaviour.
 var topicConfigs = []configDef{
-	{"cleanup.policy", "delete", cfgList, oneOf("delete", "compact", "compact,delete", "delete,compact"), "stored: only delete is applied; compaction is not implemented"},
+	{"cleanup.policy", "delete", cfgList, oneOf("delete", "compact", "compact,delete", "delete,compact"), "delete applies retention.*; compaction is not implemented, so a compact-only topic keeps everything"},
 	{"compression.type", "producer", cfgString, oneOf("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "stored: batches are kept as the producer compressed them"},
 	{"delete.retention.ms", "86400000", cfgLong, longAtLeast(0), "stored"},
 	{"file.delete.delay.ms", "60000", cfgLong, longAtLeast(0), "stored"},
@@ -197,8 +199,7 @@ func configInt(set map[string]string, name string) int64 {
 
 // logConfig maps a topic's configs onto the log engine's.
 func logConfig(set map[string]string) log.Config {
-	rb := configInt(set, "retention.bytes")
-	rm := configInt(set, "retention.ms")
+	rb, rm := retention(set)
 	return log.Config{
 		SegmentBytes:       configInt(set, "segment.bytes"),
 		SegmentMs:          configInt(set, "segment.ms"),
@@ -206,7 +207,22 @@ func logConfig(set map[string]string) log.Config {
 		MaxMessageBytes:    int(max(configInt(set, "max.message.bytes"), 1)),
 		RetentionBytes:     rb,
 		RetentionMs:        rm,
+		ExactRetention:     true, // 0 is a bound, as in Kafka
 	}
+}
+
+// retention is the whole-log retention of a topic (retention.bytes,
+// retention.ms): none unless cleanup.policy includes delete. Compaction is
+// not implemented, so a compacted topic (Kafka Connect's, Schema Registry's
+// _schemas, Streams changelogs) keeps everything: a superset of what
+// compaction keeps, never the loss of a key's latest value that deleting
+// by age would be.
+func retention(set map[string]string) (bytes, ms int64) {
+	policy, _ := configValue(set, "cleanup.policy")
+	if !slices.Contains(strings.Split(policy, ","), "delete") {
+		return -1, -1
+	}
+	return configInt(set, "retention.bytes"), configInt(set, "retention.ms")
 }
 
 func sortedConfigNames() []string {

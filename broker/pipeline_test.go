@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/synapsebroker/synapse/protocol"
+	"github.com/synapsebroker/synapse/tiering"
 )
 
 // oneRecordProduce is a Produce v8 request of one record to partition 0.
@@ -492,5 +493,46 @@ func TestTopicCreationPerRequestBounds(t *testing.T) {
 	}
 	if refused != 1 {
 		t.Fatalf("3 topics of 4 partitions under a bound of 10: %d refused, want 1", refused)
+	}
+}
+
+// TestCompactTopicsKeepEverythingAndZeroRetention: a topic with
+// cleanup.policy=compact (compaction is not implemented) keeps all its data
+// whatever retention.* say, instead of losing keys' latest values by age;
+// retention.ms=0 on a delete topic deletes all but the active segment (it
+// meant "the default, 7 days" without a tier). Both with and without a
+// tiered store.
+func TestCompactTopicsKeepEverythingAndZeroRetention(t *testing.T) {
+	for _, tiered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tiered=%v", tiered), func(t *testing.T) {
+			var clock atomic.Int64
+			clock.Store(time.Now().UnixMilli())
+			cfg := Config{MaintenanceInterval: 20 * time.Millisecond, Now: func() time.Time { return time.UnixMilli(clock.Load()) }}
+			if tiered {
+				cfg.Tier = tiering.New(tiering.NewMemStore(), nil, 8<<20)
+			}
+			ts := startServerConfig(t, cfg)
+			cl, adm := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
+			ctx := ctxT(t)
+			for topic, policy := range map[string]string{"kept": "compact", "gone": "delete"} {
+				c := map[string]*string{"cleanup.policy": kstr(policy), "retention.ms": kstr("0"), "segment.bytes": kstr("5000")}
+				if tiered {
+					c["local.retention.bytes"] = kstr("0")
+				}
+				if _, err := adm.CreateTopic(ctx, 1, 1, c, topic); err != nil {
+					t.Fatal(err)
+				}
+				produceFiller(t, cl, topic, 20)
+			}
+			clock.Add(time.Minute.Milliseconds())
+			start := func(topic string) int64 {
+				return ts.reg.partitionsOf(ts.reg.get(topic))[0].log.LogStartOffset()
+			}
+			waitUntil(t, 10*time.Second, func() bool { return start("gone") > 0 })
+			time.Sleep(200 * time.Millisecond) // more passes
+			if s := start("kept"); s != 0 {
+				t.Fatalf("a compact topic's log starts at %d: data deleted by age", s)
+			}
+		})
 	}
 }

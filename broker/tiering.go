@@ -61,7 +61,8 @@ func (s *Server) tierPartition(p *partition, now time.Time) {
 	if _, err := t.ReleaseLocal(ctx, pk, p.log, keepBytes, keepMs, now); err != nil {
 		l.Warn("release local segments", zap.Error(err))
 	}
-	if err := t.ApplyRetention(ctx, pk, p.log, configInt(set, "retention.bytes"), configInt(set, "retention.ms"), now); err != nil {
+	rb, rm := retention(set)
+	if err := t.ApplyRetention(ctx, pk, p.log, rb, rm, now); err != nil {
 		l.Warn("retention in the tiered store", zap.Error(err))
 	}
 }

@@ -20,6 +20,10 @@ type Config struct {
 	MaxMessageBytes    int   // max.message.bytes, default 1048588 (Kafka's)
 	RetentionBytes     int64 // retention.bytes, default -1 (no limit)
 	RetentionMs        int64 // retention.ms, default 7 days; -1 = forever
+	// ExactRetention takes RetentionBytes and RetentionMs as given: 0 is a
+	// bound (Kafka's retention.ms=0 and retention.bytes=0 keep only the
+	// active segment), not "the default".
+	ExactRetention bool
 }
 
 // Defaults of Config, as Kafka's.
@@ -49,10 +53,10 @@ func (c Config) withDefaults() Config {
 	if c.MaxMessageBytes <= 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
-	if c.RetentionBytes == 0 {
+	if c.RetentionBytes == 0 && !c.ExactRetention {
 		c.RetentionBytes = -1
 	}
-	if c.RetentionMs == 0 {
+	if c.RetentionMs == 0 && !c.ExactRetention {
 		c.RetentionMs = DefaultRetentionMs
 	}
 	return c
