@@ -40,7 +40,7 @@ func (s *Server) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest) (kmsg.R
 			}
 			set := s.reg.configsOf(t)
 			for _, d := range topicConfigs {
-				if rr.ConfigNames != nil && !want[d.name] {
+				if len(rr.ConfigNames) > 0 && !want[d.name] {
 					continue
 				}
 				v, src := s.topicConfig(set, d.name)
@@ -78,7 +78,7 @@ func (s *Server) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest) (kmsg.R
 				break
 			}
 			for _, kv := range s.brokerConfigs() {
-				if rr.ConfigNames != nil && !want[kv[0]] {
+				if len(rr.ConfigNames) > 0 && !want[kv[0]] {
 					continue
 				}
 				c := kmsg.NewDescribeConfigsResponseResourceConfig()

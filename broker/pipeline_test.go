@@ -536,3 +536,21 @@ func TestCompactTopicsKeepEverythingAndZeroRetention(t *testing.T) {
 		})
 	}
 }
+
+// TestDescribeConfigsEmptyNamesMeansAll: an empty (not null) list of config
+// names asks for every config, as Kafka's ConfigHelper answers.
+func TestDescribeConfigsEmptyNamesMeansAll(t *testing.T) {
+	ts, _ := rawConn(t, "dc")
+	cl, _ := client(t, ts.addr)
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	rr := kmsg.NewDescribeConfigsRequestResource()
+	rr.ResourceType, rr.ResourceName, rr.ConfigNames = kmsg.ConfigResourceTypeTopic, "dc", []string{}
+	req.Resources = append(req.Resources, rr)
+	resp, err := req.RequestWith(ctxT(t), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(resp.Resources[0].Configs); n < 10 {
+		t.Fatalf("%d configs for an empty list of names, want all", n)
+	}
+}
