@@ -382,7 +382,9 @@ func parseSnapshot(b []byte) ([]record, error) {
 		// Checked before anything is written: a seed is the bucket's
 		// word, and a bad record found only when the log is replayed
 		// would come after every batch was written and synced.
-		if (it.Key.Kind != "o" && it.Key.Kind != "g") || it.Key.Group == "" || it.Key.Kind == "o" && (it.Key.Topic == "" || it.Key.Partition < 0) {
+		// (An empty group id is one Kafka accepts commits for: the log
+		// holds it, so its mirror must restore.)
+		if (it.Key.Kind != "o" && it.Key.Kind != "g") || it.Key.Kind == "o" && (it.Key.Topic == "" || it.Key.Partition < 0) {
 			return nil, fmt.Errorf("group: group snapshot record %d: bad key %+v", i, it.Key)
 		}
 		v := []byte(it.Value)

@@ -858,12 +858,13 @@ func TestOffsetsOfGonePartitionsDropAtLoad(t *testing.T) {
 }
 
 // TestSeedIsCheckedBeforeWriting: a seed with a record of an unknown kind
-// or without a group is refused before anything is written; a null value
-// is a tombstone (not an offset of 0).
+// or an offset without a topic is refused before anything is written; a
+// null value is a tombstone (not an offset of 0); offsets of the empty
+// group id (Kafka accepts commits to it) restore.
 func TestSeedIsCheckedBeforeWriting(t *testing.T) {
 	for _, bad := range []string{
 		`{"version":1,"records":[{"key":{"k":"x","g":"g"},"value":{}}]}`,
-		`{"version":1,"records":[{"key":{"k":"o","g":"","t":"t"},"value":{}}]}`,
+		`{"version":1,"records":[{"key":{"k":"o","g":"g","t":""},"value":{}}]}`,
 		`{"version":1,"records":[{"key":{"k":"o","g":"g","t":"t","p":-1},"value":{}}]}`,
 	} {
 		if _, err := parseSnapshot([]byte(bad)); err == nil {
@@ -875,6 +876,14 @@ func TestSeedIsCheckedBeforeWriting(t *testing.T) {
 	e.open([]byte(`{"version":1,"records":[{"key":{"k":"o","g":"g","t":"t","p":0},"value":null}]}`))
 	if got := e.fetch("g", "t", 1); got[0] != -1 {
 		t.Fatalf("a null offset value loads as offset %d", got[0])
+	}
+	e.commit("", "", -1, "t", 42)
+	snap, _ := e.c.Snapshot()
+	e.close()
+	e.dir = t.TempDir()
+	e.open(snap)
+	if got := e.fetch("", "t", 1); got[0] != 42 {
+		t.Fatalf("the empty group's offset after a restore: %d", got[0])
 	}
 }
 
@@ -910,5 +919,36 @@ func TestThrowawayGroupsCostNoWrites(t *testing.T) {
 	e.reopen()
 	if got := e.fetch("kept", "t", 1)[0]; got != -1 {
 		t.Fatalf("expired offset %d back after a reopen", got)
+	}
+}
+
+// TestEmptyInstanceIDIsNone: a group.instance.id of "" is no instance id
+// in SyncGroup, Heartbeat and LeaveGroup as in JoinGroup (a member that
+// joined with one was answered UNKNOWN_MEMBER_ID by the others for ever).
+func TestEmptyInstanceIDIsNone(t *testing.T) {
+	e := newEnv(t, Config{})
+	id, ch := e.newMember("g", time.Second)
+	jr := wait(t, ch)
+	if jr.ErrorCode != 0 {
+		t.Fatalf("join: error %d", jr.ErrorCode)
+	}
+	empty := ""
+	sr := syncReq("g", id, jr.Generation, map[string]string{id: "a"})
+	sr.InstanceID = &empty
+	if r := e.c.SyncGroup(bg, sr); r.ErrorCode != 0 {
+		t.Fatalf("SyncGroup with an empty instance id: error %d", r.ErrorCode)
+	}
+	hb := kmsg.NewPtrHeartbeatRequest()
+	hb.Version, hb.Group, hb.MemberID, hb.Generation, hb.InstanceID = 4, "g", id, jr.Generation, &empty
+	if r := e.c.Heartbeat(hb); r.ErrorCode != 0 {
+		t.Fatalf("Heartbeat with an empty instance id: error %d", r.ErrorCode)
+	}
+	lr := kmsg.NewPtrLeaveGroupRequest()
+	lr.Version, lr.Group = 5, "g"
+	lm := kmsg.NewLeaveGroupRequestMember()
+	lm.MemberID, lm.InstanceID = id, &empty
+	lr.Members = append(lr.Members, lm)
+	if r := e.c.LeaveGroup(lr); r.ErrorCode != 0 || r.Members[0].ErrorCode != 0 {
+		t.Fatalf("LeaveGroup with an empty instance id: %d / %d", r.ErrorCode, r.Members[0].ErrorCode)
 	}
 }

@@ -87,9 +87,11 @@ func (c *Coordinator) join(ctx context.Context, req *kmsg.JoinGroupRequest, cl C
 		return fail(kerr.InconsistentGroupProtocol)
 	}
 	var iid *string
-	if req.Version >= 5 && req.InstanceID != nil && *req.InstanceID != "" {
-		s := *req.InstanceID
-		iid = &s
+	if req.Version >= 5 {
+		if id := instanceID(req.InstanceID); id != nil {
+			s := *id
+			iid = &s
+		}
 	}
 	protos := make([]protocol, len(req.Protocols))
 	for i, p := range req.Protocols {
@@ -296,7 +298,7 @@ func (c *Coordinator) sync(ctx context.Context, req *kmsg.SyncGroupRequest) (syn
 	}
 	var iid *string
 	if req.Version >= 3 {
-		iid = req.InstanceID
+		iid = instanceID(req.InstanceID)
 	}
 	m := g.members[req.MemberID]
 	e := g.validateMemberLocked(req.MemberID, iid)
@@ -400,7 +402,7 @@ func (c *Coordinator) heartbeat(req *kmsg.HeartbeatRequest) *kerr.Error {
 	defer g.mu.Unlock()
 	var iid *string
 	if req.Version >= 3 {
-		iid = req.InstanceID
+		iid = instanceID(req.InstanceID)
 	}
 	if e := g.validateMemberLocked(req.MemberID, iid); e != nil {
 		return e
@@ -453,17 +455,17 @@ func (c *Coordinator) LeaveGroup(req *kmsg.LeaveGroupRequest) *kmsg.LeaveGroupRe
 		}
 	} else {
 		for i, lm := range leaving {
-			id := lm.MemberID
-			if id == "" && lm.InstanceID != nil {
-				id = g.static[*lm.InstanceID]
+			id, liid := lm.MemberID, instanceID(lm.InstanceID)
+			if id == "" && liid != nil {
+				id = g.static[*liid]
 			}
-			if t := g.pending[id]; t != nil && lm.InstanceID == nil {
+			if t := g.pending[id]; t != nil && liid == nil {
 				t.Stop()
 				delete(g.pending, id)
 				g.maybeCompleteJoinLocked()
 				continue
 			}
-			e := g.validateMemberLocked(id, lm.InstanceID)
+			e := g.validateMemberLocked(id, liid)
 			m := g.members[id]
 			switch {
 			case e != nil:
@@ -488,4 +490,13 @@ func (c *Coordinator) LeaveGroup(req *kmsg.LeaveGroupRequest) *kmsg.LeaveGroupRe
 		resp.Members = append(resp.Members, rm)
 	}
 	return resp
+}
+
+// instanceID is a request's group.instance.id: an empty one is none (a
+// dynamic member), in every request alike, as JoinGroup takes it.
+func instanceID(id *string) *string {
+	if id == nil || *id == "" {
+		return nil
+	}
+	return id
 }

@@ -77,7 +77,7 @@ func (c *Coordinator) commit(req *kmsg.OffsetCommitRequest, codes [][]int16) *ke
 	}
 	var iid *string
 	if req.Version >= 7 {
-		iid = req.InstanceID
+		iid = instanceID(req.InstanceID)
 	}
 	// Kafka's ClassicGroup.validateOffsetCommit: generation -1 on an
 	// empty group (or a new one) is a commit from outside group management.
