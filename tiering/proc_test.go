@@ -49,7 +49,7 @@ func startSynapseProc(tb testing.TB, bin string, vgw *tiering.VersitygwServer, p
 	b := &procBroker{addr: tiering.FreeAddr(tb), http: tiering.FreeAddr(tb)}
 	tierURL := fmt.Sprintf("s3://%s/%s?endpoint=%s&path_style=true&region=%s", vgw.Bucket(), prefix, vgw.Endpoint(), tiering.VersitygwRegion)
 	b.cmd = exec.Command(bin, append([]string{"serve", "--listen", b.addr, "--data-dir", tb.TempDir(), "--http-listen", b.http,
-		"--tier", tierURL, "--maintenance-interval", "100ms", "--log-level", "warn"}, args...)...)
+		"--tier", tierURL, "--maintenance-interval", "100ms", "--log-level", "warn", "--pprof"}, args...)...)
 	if os.Getenv("PIN_BROKER") != "" {
 		b.cmd = exec.Command("taskset", append([]string{"-c", os.Getenv("PIN_BROKER"), bin}, b.cmd.Args[1:]...)...)
 	}

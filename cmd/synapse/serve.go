@@ -34,6 +34,7 @@ type serveOptions struct {
 	listen               string
 	advertisedAddr       string
 	httpListen           string
+	pprof                bool
 	autoCreateTopics     bool
 	defaultPartitions    int32
 	fsyncInterval        time.Duration
@@ -63,7 +64,8 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.dataDir, "data-dir", "./data", "directory holding topics and partition logs (created if missing)")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:9092", "address of the Kafka protocol listener (host:port)")
 	fs.StringVar(&o.advertisedAddr, "advertised-addr", "", "host:port clients are told to connect to (default: the listener's address)")
-	fs.StringVar(&o.httpListen, "http-listen", "127.0.0.1:8080", "address of the HTTP side port (/healthz, /readyz); empty disables it")
+	fs.StringVar(&o.httpListen, "http-listen", "127.0.0.1:8080", "address of the HTTP side port (/healthz, /readyz, /metrics, /status); empty (on the command line) disables it")
+	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiler under /debug/pprof/ on the HTTP side port (anyone who reaches the port can profile the process)")
 	fs.BoolVar(&o.autoCreateTopics, "auto-create-topics", true, "create unknown topics on Metadata and Produce")
 	fs.Int32Var(&o.defaultPartitions, "default-partitions", 1, "partition count of auto-created topics")
 	fs.DurationVar(&o.fsyncInterval, "fsync-interval", 0,
@@ -189,6 +191,18 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 	advertised := o.advertisedAddr
 	if advertised == "" {
 		advertised = ln.Addr().String()
+		if host, port, err := net.SplitHostPort(advertised); err == nil {
+			if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+				// A wildcard is no address to connect to: Kafka advertises
+				// the host's name then.
+				name, err := os.Hostname()
+				if err != nil || name == "" {
+					name = "localhost"
+				}
+				advertised = net.JoinHostPort(name, port)
+				logger.Warn("listening on all addresses without --advertised-addr: advertising the host name, which clients must be able to resolve", zap.String("advertised", advertised))
+			}
+		}
 	}
 	policy := "durable"
 	if o.fsyncInterval > 0 {
@@ -253,7 +267,7 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 			srv.Close()
 			return fmt.Errorf("http listen: %w", err)
 		}
-		hs = &http.Server{Handler: healthHandler(srv), ReadHeaderTimeout: 10 * time.Second}
+		hs = &http.Server{Handler: healthHandler(srv, o.pprof), ReadHeaderTimeout: 10 * time.Second}
 		go hs.Serve(hln)
 	}
 	logger.Info("serving",
@@ -291,8 +305,8 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 // healthHandler serves /healthz (the process is up), /readyz (the broker
 // accepts requests; 503 while starting or stopping), /metrics (Prometheus)
 // and /status (JSON: tiering upload lag, bytes up and down, cache hit ratio,
-// store errors).
-func healthHandler(srv *broker.Server) http.Handler {
+// store errors), and with withPprof Go's profiler under /debug/pprof/.
+func healthHandler(srv *broker.Server, withPprof bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
@@ -311,13 +325,16 @@ func healthHandler(srv *broker.Server) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(out)
 	})
-	// Go's profiler, for operators chasing CPU or latency (the side port
-	// listens on loopback by default).
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	if withPprof {
+		// Go's profiler, for operators chasing CPU or latency: off unless
+		// asked for (--pprof), as the side port may be widened for
+		// /metrics.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	}
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !srv.Ready() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)

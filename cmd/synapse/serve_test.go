@@ -158,8 +158,8 @@ func TestServeServesAndStops(t *testing.T) {
 			t.Errorf("/metrics lacks %q", m)
 		}
 	}
-	if resp, err := http.Get("http://" + httpAddr + "/debug/pprof/goroutine?debug=1"); err != nil || resp.StatusCode != 200 {
-		t.Errorf("/debug/pprof/: %v %v", resp, err)
+	if resp, err := http.Get("http://" + httpAddr + "/debug/pprof/goroutine?debug=1"); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("/debug/pprof/ without --pprof: %v %v, want 404", resp, err)
 	} else {
 		resp.Body.Close()
 	}
@@ -260,5 +260,46 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		if _, _, err := run(t, cancelled(), args...); err == nil {
 			t.Errorf("%q: no error", args)
 		}
+	}
+}
+
+// TestServeWildcardAndPprof: listening on every address without
+// --advertised-addr advertises the host's name (a wildcard is no address a
+// client can connect to), and --pprof serves the profiler.
+func TestServeWildcardAndPprof(t *testing.T) {
+	_, port, _ := net.SplitHostPort(freeAddr(t))
+	httpAddr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	type result struct {
+		stderr string
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, stderr, err := run(t, ctx, "--log-format", "json", "serve", "--data-dir", t.TempDir(), "--listen", "0.0.0.0:"+port,
+			"--http-listen", httpAddr, "--pprof")
+		done <- result{stderr, err}
+	}()
+	var ok bool
+	for i := 0; i < 200 && !ok; i++ {
+		if resp, err := http.Get("http://" + httpAddr + "/debug/pprof/goroutine?debug=1"); err == nil {
+			resp.Body.Close()
+			ok = resp.StatusCode == 200
+		}
+		if !ok {
+			time.Sleep(25 * time.Millisecond)
+		}
+	}
+	cancel()
+	r := <-done
+	if !ok {
+		t.Fatalf("/debug/pprof/ with --pprof never answered 200:\n%s", r.stderr)
+	}
+	if r.err != nil {
+		t.Fatalf("serve: %v\n%s", r.err, r.stderr)
+	}
+	host, _ := os.Hostname()
+	if e := findEntry(t, logEntries(t, r.stderr), "serving"); e["advertised"] != net.JoinHostPort(host, port) {
+		t.Errorf("advertised %v on a wildcard listener, want the host name %q", e["advertised"], net.JoinHostPort(host, port))
 	}
 }
