@@ -2,6 +2,8 @@ package broker
 
 import (
 	"errors"
+	"fmt"
+	"math"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -135,6 +137,8 @@ func (s *Server) produceErrorCode(err error) int16 {
 		return kerr.InvalidRecord.Code
 	case errors.Is(err, errTransactional):
 		return kerr.InvalidTxnState.Code
+	case errors.Is(err, errInvalidTimestamp):
+		return kerr.InvalidTimestamp.Code
 	}
 	return s.errorCode(err)
 }
@@ -156,7 +160,13 @@ func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceRespons
 	if h.Transactional() {
 		return 0, errTransactional
 	}
-	if configValueOf(s.reg, p.topic, "message.timestamp.type") == "LogAppendTime" {
+	logAppend, before, after := timestampPolicy(s.reg, p.topic)
+	if !logAppend && (before < math.MaxInt64 || after < math.MaxInt64) {
+		if err := checkTimestamps(&h, s.cfg.Now().UnixMilli(), before, after); err != nil {
+			return 0, err
+		}
+	}
+	if logAppend {
 		// The client's CRC is checked before the stamp recomputes it.
 		if _, err := log.CheckBatch(records, 0); err != nil {
 			return 0, err
@@ -208,9 +218,36 @@ func (p *partition) appendIdempotent(records []byte, h *log.BatchHeader, sp *kms
 	return res.LastOffset + 1, nil
 }
 
-func configValueOf(r *registry, t *topic, name string) string {
+// timestampPolicy is a topic's message.timestamp.type (LogAppendTime or
+// not) and how far before and after the broker's clock a CreateTime
+// timestamp may be (message.timestamp.before.max.ms, .after.max.ms, each
+// also bounded by the older message.timestamp.difference.max.ms), read
+// under one lock.
+func timestampPolicy(r *registry, t *topic) (logAppend bool, before, after int64) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	v, _ := configValue(t.configs, name)
-	return v
+	v, _ := configValue(t.configs, "message.timestamp.type")
+	diff := configInt(t.configs, "message.timestamp.difference.max.ms")
+	return v == "LogAppendTime", min(diff, configInt(t.configs, "message.timestamp.before.max.ms")),
+		min(diff, configInt(t.configs, "message.timestamp.after.max.ms"))
+}
+
+// errInvalidTimestamp: a CreateTime timestamp outside the topic's bounds
+// around the broker's clock (INVALID_TIMESTAMP, as Kafka answers).
+var errInvalidTimestamp = errors.New("record timestamp outside the topic's message.timestamp bounds")
+
+// checkTimestamps checks a batch's first and greatest timestamps (the
+// batch is not decompressed to look at every record) against now: at most
+// before ms earlier and after ms later. NO_TIMESTAMP (-1) passes, as in
+// Kafka.
+func checkTimestamps(h *log.BatchHeader, now, before, after int64) error {
+	for _, ts := range []int64{h.BaseTimestamp, h.MaxTimestamp} {
+		if ts == -1 {
+			continue
+		}
+		if ts < now-before || after <= math.MaxInt64-now && ts > now+after {
+			return fmt.Errorf("%w: %d, broker time %d (at most %d ms before, %d ms after)", errInvalidTimestamp, ts, now, before, after)
+		}
+	}
+	return nil
 }

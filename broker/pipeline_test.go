@@ -554,3 +554,26 @@ func TestDescribeConfigsEmptyNamesMeansAll(t *testing.T) {
 		t.Fatalf("%d configs for an empty list of names, want all", n)
 	}
 }
+
+// TestTimestampBounds: with message.timestamp.before/after.max.ms set, a
+// CreateTime batch too far from the broker's clock gets INVALID_TIMESTAMP
+// (the settings were stored and ignored); one within them is written.
+func TestTimestampBounds(t *testing.T) {
+	ts, _ := rawConn(t, "")
+	cl, adm := client(t, ts.addr, kgo.RecordRetries(1))
+	ctx := ctxT(t)
+	cfg := map[string]*string{"message.timestamp.before.max.ms": kstr("60000"), "message.timestamp.after.max.ms": kstr("60000")}
+	if _, err := adm.CreateTopic(ctx, 1, 1, cfg, "tsb"); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for _, c := range []struct {
+		at   time.Time
+		want error
+	}{{now, nil}, {now.Add(time.Hour), kerr.InvalidTimestamp}, {now.Add(-time.Hour), kerr.InvalidTimestamp}} {
+		err := cl.ProduceSync(ctx, &kgo.Record{Topic: "tsb", Value: []byte("v"), Timestamp: c.at}).FirstErr()
+		if !errors.Is(err, c.want) && !(c.want == nil && err == nil) {
+			t.Fatalf("timestamp %v from now: %v, want %v", c.at.Sub(now).Round(time.Minute), err, c.want)
+		}
+	}
+}
