@@ -3,6 +3,8 @@ package broker
 import (
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -13,8 +15,8 @@ import (
 // Behavior:
 //   - Topics only. AlterConfigs replaces the topic's whole set of configs
 //     (those not named return to defaults), as Kafka does;
-//     IncrementalAlterConfigs applies SET / DELETE per key (APPEND/SUBTRACT
-//     on list configs are INVALID_CONFIG: no list config takes them here).
+//     IncrementalAlterConfigs applies SET / DELETE per key, and APPEND /
+//     SUBTRACT on list configs (cleanup.policy); on others INVALID_CONFIG.
 //   - Every name and value is validated before anything changes
 //     (INVALID_CONFIG); ValidateOnly stops there. Changes apply to the
 //     partitions at once (segment size, retention, max.message.bytes, ...).
@@ -53,6 +55,26 @@ func (s *Server) handleIncrementalAlterConfigs(req *kmsg.IncrementalAlterConfigs
 					cur[c.Name] = *c.Value
 				case kmsg.IncrementalAlterConfigOpDelete:
 					delete(cur, c.Name)
+				case kmsg.IncrementalAlterConfigOpAppend, kmsg.IncrementalAlterConfigOpSubtract:
+					d := configByName[c.Name]
+					if d == nil || d.typ != cfgList {
+						return nil, errConfigf("%s is not a list config: APPEND and SUBTRACT do not apply", c.Name)
+					}
+					if c.Value == nil {
+						return nil, errConfigf("no value to append or subtract for %s", c.Name)
+					}
+					v, _ := configValue(cur, c.Name)
+					items := splitList(v)
+					for _, it := range splitList(*c.Value) {
+						has := slices.Contains(items, it)
+						switch {
+						case c.Op == kmsg.IncrementalAlterConfigOpAppend && !has:
+							items = append(items, it)
+						case c.Op == kmsg.IncrementalAlterConfigOpSubtract && has:
+							items = slices.DeleteFunc(items, func(x string) bool { return x == it })
+						}
+					}
+					cur[c.Name] = strings.Join(items, ",")
 				default:
 					return nil, errConfigf("operation %v is not supported for %s", c.Op, c.Name)
 				}

@@ -68,6 +68,37 @@ func oneOf(vals ...string) func(string) error {
 	}
 }
 
+// listOf accepts a comma-separated list (spaces around items allowed, as
+// Kafka's) of some of vals, each at most once.
+func listOf(vals ...string) func(string) error {
+	return func(v string) error {
+		items := splitList(v)
+		if len(items) == 0 {
+			return fmt.Errorf("empty list: want some of %v", vals)
+		}
+		for i, it := range items {
+			if !slices.Contains(vals, it) {
+				return fmt.Errorf("%q is not one of %v", it, vals)
+			}
+			if slices.Contains(items[:i], it) {
+				return fmt.Errorf("%q is listed twice", it)
+			}
+		}
+		return nil
+	}
+}
+
+// splitList splits a list config's value into its trimmed, non-empty items.
+func splitList(v string) []string {
+	var items []string
+	for _, it := range strings.Split(v, ",") {
+		if it = strings.TrimSpace(it); it != "" {
+			items = append(items, it)
+		}
+	}
+	return items
+}
+
 func isBool(v string) error {
 	if v != "true" && v != "false" {
 		return fmt.Errorf("not a boolean: %q", v)
@@ -86,7 +117,7 @@ func isDouble(v string) error {
 // (where Synapse differs on purpose, noted) defaults. Those marked "stored"
 // are accepted and reported for compatibility but do not change behaviour.
 var topicConfigs = []configDef{
-	{"cleanup.policy", "delete", cfgList, oneOf("delete", "compact", "compact,delete", "delete,compact"), "delete applies retention.*; compaction is not implemented, so a compact-only topic keeps everything"},
+	{"cleanup.policy", "delete", cfgList, listOf("delete", "compact"), "delete applies retention.*; compaction is not implemented, so a compact-only topic keeps everything"},
 	{"compression.type", "producer", cfgString, oneOf("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "stored: batches are kept as the producer compressed them"},
 	{"delete.retention.ms", "86400000", cfgLong, longAtLeast(0), "stored"},
 	{"file.delete.delay.ms", "60000", cfgLong, longAtLeast(0), "stored"},
@@ -219,7 +250,7 @@ func logConfig(set map[string]string) log.Config {
 // by age would be.
 func retention(set map[string]string) (bytes, ms int64) {
 	policy, _ := configValue(set, "cleanup.policy")
-	if !slices.Contains(strings.Split(policy, ","), "delete") {
+	if !slices.Contains(splitList(policy), "delete") {
 		return -1, -1
 	}
 	return configInt(set, "retention.bytes"), configInt(set, "retention.ms")

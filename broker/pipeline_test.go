@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -575,5 +576,34 @@ func TestTimestampBounds(t *testing.T) {
 		if !errors.Is(err, c.want) && !(c.want == nil && err == nil) {
 			t.Fatalf("timestamp %v from now: %v, want %v", c.at.Sub(now).Round(time.Minute), err, c.want)
 		}
+	}
+}
+
+// TestCleanupPolicyList: cleanup.policy is a list (spaces allowed, as in
+// Kafka) that IncrementalAlterConfigs can APPEND to and SUBTRACT from;
+// APPEND on a config that is no list is INVALID_CONFIG.
+func TestCleanupPolicyList(t *testing.T) {
+	ts, _ := rawConn(t, "")
+	_, adm := client(t, ts.addr)
+	ctx := ctxT(t)
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": kstr("compact, delete")}, "cp"); err != nil {
+		t.Fatal(err)
+	}
+	policy := func() string { return ts.reg.configsOf(ts.reg.get("cp"))["cleanup.policy"] }
+	alter := func(op kadm.IncrementalOp, name, v string) error {
+		r, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: op, Name: name, Value: kstr(v)}}, "cp")
+		if err != nil {
+			return err
+		}
+		return r[0].Err
+	}
+	if err := alter(kadm.SubtractConfig, "cleanup.policy", "delete"); err != nil || policy() != "compact" {
+		t.Fatalf("SUBTRACT delete: %v, policy %q", err, policy())
+	}
+	if err := alter(kadm.AppendConfig, "cleanup.policy", "delete"); err != nil || policy() != "compact,delete" {
+		t.Fatalf("APPEND delete: %v, policy %q", err, policy())
+	}
+	if err := alter(kadm.AppendConfig, "retention.ms", "5"); !errors.Is(err, kerr.InvalidConfig) {
+		t.Fatalf("APPEND on retention.ms: %v, want INVALID_CONFIG", err)
 	}
 }
