@@ -221,15 +221,23 @@ func (p *partition) appendIdempotent(records []byte, h *log.BatchHeader, sp *kms
 // timestampPolicy is a topic's message.timestamp.type (LogAppendTime or
 // not) and how far before and after the broker's clock a CreateTime
 // timestamp may be (message.timestamp.before.max.ms, .after.max.ms, each
-// also bounded by the older message.timestamp.difference.max.ms), read
-// under one lock.
+// falling back to the older message.timestamp.difference.max.ms when not
+// set), read under one lock.
 func timestampPolicy(r *registry, t *topic) (logAppend bool, before, after int64) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	v, _ := configValue(t.configs, "message.timestamp.type")
 	diff := configInt(t.configs, "message.timestamp.difference.max.ms")
-	return v == "LogAppendTime", min(diff, configInt(t.configs, "message.timestamp.before.max.ms")),
-		min(diff, configInt(t.configs, "message.timestamp.after.max.ms"))
+	before = configInt(t.configs, "message.timestamp.before.max.ms")
+	after = configInt(t.configs, "message.timestamp.after.max.ms")
+	// As Kafka's LogConfig: before/after when set, else the older bound.
+	if before == math.MaxInt64 {
+		before = diff
+	}
+	if after == math.MaxInt64 {
+		after = diff
+	}
+	return v == "LogAppendTime", before, after
 }
 
 // errInvalidTimestamp: a CreateTime timestamp outside the topic's bounds

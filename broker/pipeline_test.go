@@ -577,6 +577,18 @@ func TestTimestampBounds(t *testing.T) {
 			t.Fatalf("timestamp %v from now: %v, want %v", c.at.Sub(now).Round(time.Minute), err, c.want)
 		}
 	}
+	// before/after, when set, win over the older difference bound (as
+	// Kafka's LogConfig has it), which applies where they are not set.
+	cfg = map[string]*string{"message.timestamp.difference.max.ms": kstr("1000"), "message.timestamp.before.max.ms": kstr("600000")}
+	if _, err := adm.CreateTopic(ctx, 1, 1, cfg, "tsd"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "tsd", Value: []byte("v"), Timestamp: time.Now().Add(-time.Minute)}).FirstErr(); err != nil {
+		t.Fatalf("a minute old under before.max.ms = 10 min, difference 1 s: %v", err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "tsd", Value: []byte("v"), Timestamp: time.Now().Add(time.Minute)}).FirstErr(); !errors.Is(err, kerr.InvalidTimestamp) {
+		t.Fatalf("a minute ahead with only difference = 1 s bounding it: %v", err)
+	}
 }
 
 // TestCleanupPolicyList: cleanup.policy is a list (spaces allowed, as in

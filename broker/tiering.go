@@ -603,6 +603,7 @@ func (s *Server) forgetPending() {
 		return
 	}
 	var done []tiering.PartitionKey
+	failed := 0
 	for _, pk := range keys {
 		if s.reg.getByID(pk.TopicID) != nil {
 			// Recorded by a DeleteTopics that has not removed the topic
@@ -618,7 +619,10 @@ func (s *Server) forgetPending() {
 		}
 		if err != nil {
 			s.logger.Warn("delete a deleted topic's objects (retried at the next sweep)", zap.String("topic", pk.Topic), zap.Int32("partition", pk.Partition), zap.Error(err))
-			break // the bucket is away or refusing: the rest can wait too
+			if failed++; failed >= 3 {
+				break // the bucket is away or refusing: the rest can wait too
+			}
+			continue // one partition's trouble does not hold up the others
 		}
 		done = append(done, pk)
 	}

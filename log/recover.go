@@ -338,8 +338,8 @@ func (p *Partition) openSealed(seg *segment, successor int64) error {
 // offsets belong to it, and reads reaching them fail (ErrCorrupt).
 func (p *Partition) checkSuccessor(seg *segment, size, successor int64) {
 	next := seg.next.Load()
-	if next == successor {
-		return
+	if next >= successor {
+		return // equal; or overlapping: the open loop refuses that
 	}
 	seg.corruptAt = size
 	seg.next.Store(successor)

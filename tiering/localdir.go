@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -29,6 +30,10 @@ const tmpPrefix = ".tier-tmp-"
 // stored, a/b/c cannot be (and the reverse).
 type LocalDir struct {
 	root string
+	// durable holds directories known to be durable in their parents (made
+	// and synced here, or found made and synced once): a Put finding its
+	// directory made by another Put syncs the parent once, not every time.
+	durable sync.Map
 }
 
 var _ ObjectStore = (*LocalDir)(nil)
@@ -138,15 +143,19 @@ func (d *LocalDir) mkdirs(dir string) error {
 			if err := syncDir(parent); err != nil {
 				return err
 			}
+			d.durable.Store(cur, true)
 			continue
 		}
 		if errors.Is(err, fs.ErrExist) {
 			fi, serr := os.Stat(cur)
 			if serr == nil && fi.IsDir() {
-				// Made by a concurrent Put, maybe not yet durable in its
+				// Maybe made by a concurrent Put and not yet durable in its
 				// parent: this Put's durability must not wait on that one.
-				if err := syncDir(parent); err != nil {
-					return err
+				if _, ok := d.durable.Load(cur); !ok {
+					if err := syncDir(parent); err != nil {
+						return err
+					}
+					d.durable.Store(cur, true)
 				}
 				continue
 			}
@@ -391,6 +400,7 @@ func (d *LocalDir) Delete(ctx context.Context, key string) error {
 	// Prune empty parents, best effort: Remove fails on a non-empty
 	// directory, and a concurrent Put recreates what it needs.
 	for dir != d.root {
+		d.durable.Delete(dir) // first: a Put finding it made again syncs
 		if os.Remove(dir) != nil {
 			break
 		}

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -667,9 +668,14 @@ func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
 	return keys, nil
 }
 
+// tierKey matches the keys the tier writes under its prefix: segment
+// objects (<topic>-<id>/<partition>/<base>.log|.index|.timeindex) and
+// metadata under _synapse/.
+var tierKey = regexp.MustCompile(`^(_synapse/.+|[a-zA-Z0-9._-]+-[0-9a-f]{32}/[0-9]+/[0-9]{20}\.(log|index|timeindex))$`)
+
 // AbortUploads implements UploadAborter: it aborts the multipart uploads
-// under the prefix that an interrupted Put left (a crash, a lost answer, an
-// abort that failed too).
+// of the tier's own keys under the prefix that an interrupted Put left (a
+// crash, a lost answer, an abort that failed too).
 func (s *S3) AbortUploads(ctx context.Context) (int, error) {
 	p := s3.NewListMultipartUploadsPaginator(s.client, &s3.ListMultipartUploadsInput{
 		Bucket: aws.String(s.bucket),
@@ -682,17 +688,19 @@ func (s *S3) AbortUploads(ctx context.Context) (int, error) {
 			return n, s.s3Err("list multipart uploads", "", err)
 		}
 		for _, u := range page.Uploads {
-			if !strings.HasPrefix(aws.ToString(u.Key), s.prefix) {
-				continue
+			key, ok := strings.CutPrefix(aws.ToString(u.Key), s.prefix)
+			if !ok || !tierKey.MatchString(key) {
+				continue // not one of ours (other software may share the bucket)
 			}
 			_, err := s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
 				Bucket: aws.String(s.bucket), Key: u.Key, UploadId: u.UploadId,
 			})
-			if err != nil {
-				if err := s.s3Err("abort multipart upload", strings.TrimPrefix(aws.ToString(u.Key), s.prefix), err); !errors.Is(err, ErrNotFound) {
-					return n, err
-				}
+			var ae smithy.APIError
+			if errors.As(err, &ae) && ae.ErrorCode() == "NoSuchUpload" {
 				continue // gone meanwhile
+			}
+			if err != nil {
+				return n, s.s3Err("abort multipart upload", key, err)
 			}
 			n++
 		}
