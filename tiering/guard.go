@@ -1,6 +1,7 @@
 package tiering
 
 import (
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -145,7 +146,7 @@ type tailGuard struct {
 	serve     *rate.Limiter // cold bytes served to clients while the rate is lowered (ServeCold)
 	serveWait chan struct{} // closed at serveAt, when the serve debt is paid off
 	serveAt   time.Time
-	paced     atomic.Int64 // bytes cold downloads took from the rate
+	paced     atomic.Int64 // bytes cold reads took: downloads paced, or served (ChargeCold)
 	lastPaced atomic.Int64 // when they last did: nanoseconds since clockStart (0: never)
 	paced0    int64        // paced at win
 
@@ -251,7 +252,8 @@ func (g *tailGuard) refReady(sig TailSignal) time.Duration {
 	return g.ref[sig].thresh
 }
 
-// tookRate notes n bytes of cold download paced now.
+// tookRate notes n bytes of cold reading now (a download paced, or cold
+// data served).
 func (g *tailGuard) tookRate(n int) {
 	g.paced.Add(int64(n))
 	g.lastPaced.Store(max(int64(g.now().Sub(clockStart)), 1))
@@ -376,6 +378,10 @@ const serveBurst = 1 << 20
 // read again, for the fetch's long poll. After reading it charges the bytes
 // with ChargeCold. A fetch's other partitions are not held back.
 func (t *Tier) ServeCold() (maxBytes int64, wait <-chan struct{}) {
+	// Served cold reads end windows too: cold data coming from the cache
+	// downloads nothing, and a rate lowered for tail traffic that is gone
+	// must rise again for them as well.
+	t.guardTick()
 	g := &t.guard
 	lim, limit := g.servePacing()
 	if lim == nil {
@@ -402,6 +408,9 @@ func (t *Tier) ServeCold() (maxBytes int64, wait <-chan struct{}) {
 // lowered (the next reads wait until the rate has caught up; see
 // ServeCold).
 func (t *Tier) ChargeCold(n int64) {
+	// Cold bytes served count as cold activity whether downloaded or from
+	// the cache: what the tail waits behind is serving them.
+	t.guard.tookRate(int(min(n, math.MaxInt32)))
 	lim, _ := t.guard.servePacing()
 	if lim == nil {
 		return

@@ -384,3 +384,27 @@ func TestServeColdSharesOneTimer(t *testing.T) {
 		t.Fatal("more debt, want a later channel")
 	}
 }
+
+// TestServedColdReadsLiftTheRate: once tail traffic is gone, a rate lowered
+// for it rises again for a catch-up reader whose cold data all comes from
+// the cache (no download, so no download ends the guard's windows): served
+// cold reads end them too.
+func TestServedColdReadsLiftTheRate(t *testing.T) {
+	r := newGuardRig(t, false)
+	for range 2 * quietEnough / 10 {
+		r.window(t, false, 0, 10, 400*time.Microsecond)
+	}
+	r.window(t, true, 0, 10, 3*time.Millisecond)
+	if got := r.limit(); got != tailFloor {
+		t.Fatalf("rate %v, want the floor", got)
+	}
+	// The tail is gone; the reader is served from the cache only.
+	for i := 0; i < 5; i++ {
+		r.now = r.now.Add(tailIdle / 2)
+		r.t.ChargeCold(serveBurst)
+		r.t.ServeCold()
+	}
+	if capBytes, wait := r.t.ServeCold(); capBytes != 0 || wait != nil {
+		t.Fatalf("tail gone, cold data served from the cache: still paced (cap %d, rate %v)", capBytes, r.limit())
+	}
+}
