@@ -16,8 +16,9 @@ import (
 //
 // Behavior:
 //   - Each partition returns whole batches from the one containing the fetch
-//     offset, up to the partition's max bytes and the response's MaxBytes; the
-//     first batch of the response is returned whatever its size (KIP-74).
+//     offset, up to the partition's max bytes and the response's MaxBytes (at
+//     most 55 MiB, Kafka's fetch.max.bytes); the first batch of the response
+//     is returned whatever its size (KIP-74).
 //   - Long poll: with fewer than MinBytes available the request waits up to
 //     MaxWaitMs (at most 30 s), woken by appends (the high watermark moving)
 //     on any of its partitions, by a cold chunk landing, or by shutdown.
@@ -84,6 +85,12 @@ func (s *Server) handleFetch(req *kmsg.FetchRequest) (kmsg.Response, error) {
 	}
 }
 
+// fetchMaxBytes is Kafka's fetch.max.bytes default: a response carries at
+// most this many record bytes (or one larger first batch) whatever
+// MaxBytes asks; a response near 2 GiB would not fit its int32 size with
+// its per-partition headers, and the client would ask again for ever.
+var fetchMaxBytes int64 = 55 << 20 // a variable for tests
+
 // maxFetchWait bounds a long poll whatever MaxWaitMillis asks (up to 24
 // days): nothing notices a client that went away while its fetch waits, so
 // this is how long the request can outlive it. An empty answer before
@@ -102,8 +109,8 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-c
 	var waitOn []<-chan struct{}
 	var tails []*log.Partition
 	maxBytes := int64(req.MaxBytes)
-	if maxBytes <= 0 {
-		maxBytes = 1<<31 - 1
+	if maxBytes <= 0 || maxBytes > fetchMaxBytes {
+		maxBytes = fetchMaxBytes
 	}
 	var seen map[*partition]bool // partitions read so far, once there are two
 	var first *partition

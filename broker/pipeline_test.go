@@ -619,3 +619,46 @@ func TestCleanupPolicyList(t *testing.T) {
 		t.Fatalf("APPEND on retention.ms: %v, want INVALID_CONFIG", err)
 	}
 }
+
+// TestFetchMaxBytesIsBounded: a fetch asking for up to 2 GiB gets at most
+// fetch.max.bytes of record bytes (lowered here), so a response never
+// nears the int32 size its headers must fit in (the connection closed and
+// the client asked again for ever).
+func TestFetchMaxBytesIsBounded(t *testing.T) {
+	defer func(n int64) { fetchMaxBytes = n }(fetchMaxBytes)
+	fetchMaxBytes = 100 << 10
+	ts, _ := rawConn(t, "")
+	cl, adm := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
+	ctx := ctxT(t)
+	if _, err := adm.CreateTopic(ctx, 4, 1, nil, "big"); err != nil {
+		t.Fatal(err)
+	}
+	for p := int32(0); p < 4; p++ {
+		for i := 0; i < 10; i++ {
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "big", Partition: p, Value: bytes.Repeat([]byte{1}, 20<<10)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID, req.MaxBytes = -1, 1<<31-1
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic, rt.TopicID = "big", ts.reg.get("big").id
+	for p := int32(0); p < 4; p++ {
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition, rp.PartitionMaxBytes = p, 1<<30
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, p := range resp.Topics[0].Partitions {
+		total += len(p.RecordBatches)
+	}
+	if total == 0 || total > 100<<10+30<<10 {
+		t.Fatalf("%d record bytes for MaxBytes 2 GiB under a 100 KiB fetch.max.bytes", total)
+	}
+}

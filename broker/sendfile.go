@@ -179,12 +179,20 @@ func sendfile(tc *net.TCPConn, f *os.File, off, n int64) error {
 		var wrote int
 		var serr error
 		err := rc.Write(func(dst uintptr) bool {
-			wrote, serr = unix.Sendfile(int(dst), src, &off, int(min(n, yieldBytes)))
+			for {
+				wrote, serr = unix.Sendfile(int(dst), src, &off, int(min(n, yieldBytes)))
+				// Interrupted before sending anything: again at once, as
+				// Go's own sendfile does (waiting for writability could
+				// wait for ever: no EAGAIN armed the poller).
+				if !errors.Is(serr, unix.EINTR) || wrote > 0 {
+					break
+				}
+			}
 			if errors.Is(serr, unix.EAGAIN) {
 				serr = nil
 				return wrote > 0 // nothing sent yet: wait until writable
 			}
-			return !errors.Is(serr, unix.EINTR) || wrote > 0
+			return true
 		})
 		if err != nil {
 			return err
