@@ -84,6 +84,15 @@ func (c *conn) serve() {
 		c.nc.Close()
 	}()
 	log := c.s.logger
+	defer func() {
+		// Handlers' panics are answered (handleFrame); one anywhere else on
+		// the connection (writing a response) ends this connection, not
+		// the broker.
+		if r := recover(); r != nil {
+			log.Error("panic on a connection: closing it", zap.Stringer("remote", c.nc.RemoteAddr()),
+				zap.Any("panic", r), zap.Stack("stack"))
+		}
+	}()
 	for !c.s.shutting.Load() {
 		c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
 		var frame []byte
