@@ -1181,11 +1181,7 @@ func TestDeleteDuringAnUploadLeavesNothing(t *testing.T) {
 		OrphanSweepInterval: time.Hour})
 	_, adm := client(t, ts.addr)
 	ctx := ctxT(t)
-	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("5000")}, "mid"); err != nil {
-		t.Fatal(err)
-	}
-	cl, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
-	produceFiller(t, cl, "mid", 20)
+	smallSegments(t, ts, "mid")
 	waitUntil(t, 10*time.Second, blocked.Load)
 	if _, err := adm.DeleteTopics(ctx, "mid"); err != nil {
 		t.Fatal(err)
@@ -1211,13 +1207,8 @@ func TestForgetEntriesOfLiveTopics(t *testing.T) {
 	store := tiering.NewMemStore()
 	dir := t.TempDir()
 	ts := startTiered(t, dir, tiering.New(store, nil, 8<<20))
-	_, adm := client(t, ts.addr)
 	ctx := ctxT(t)
-	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": kstr("5000")}, "live"); err != nil {
-		t.Fatal(err)
-	}
-	cl, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
-	produceFiller(t, cl, "live", 20)
+	smallSegments(t, ts, "live")
 	objects := func() int {
 		keys, _ := store.List(ctx, "live-")
 		return len(keys)
@@ -1387,13 +1378,20 @@ func sweepingBroker(t *testing.T, store *tiering.MemStore, topic string) *testSe
 	t.Helper()
 	ts := startServerConfig(t, Config{Tier: tiering.New(store, nil, 8<<20), MaintenanceInterval: 20 * time.Millisecond,
 		OrphanSweepInterval: 100 * time.Millisecond})
+	smallSegments(t, ts, topic)
+	return ts
+}
+
+// smallSegments creates topic (one partition of 5000-byte segments) on ts
+// and fills it with 20 records of 900 bytes: several sealed segments.
+func smallSegments(t *testing.T, ts *testServer, topic string) {
+	t.Helper()
 	_, adm := client(t, ts.addr)
 	if _, err := adm.CreateTopic(ctxT(t), 1, 1, map[string]*string{"segment.bytes": kstr("5000")}, topic); err != nil {
 		t.Fatal(err)
 	}
 	cl, _ := client(t, ts.addr, kgo.ProducerBatchCompression(kgo.NoCompression()))
 	produceFiller(t, cl, topic, 20)
-	return ts
 }
 
 // sweptTopicInTheBucket starts a sweepingBroker with topic and waits until

@@ -66,15 +66,39 @@ func TestFsyncErrorTakesPartitionOffline(t *testing.T) {
 	}
 }
 
-func TestWriteErrorENOSPC(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
+// durablePartition opens partition /data/t-0 with cfg on a fresh memory
+// file system and appends n random batches durably (rng seeded with seed),
+// recorded in want.
+func durablePartition(t *testing.T, seed uint64, n int, cfg Config) (*rand.Rand, *memfs.FS, FS, *Store, *Partition, map[int64][]byte) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, seed+1))
 	mfs, fsys := newMemFS(t)
 	s := openStore(t, fsys, 0)
-	p := mustOpen(t, s, "/data/t-0", Config{})
+	p := mustOpen(t, s, "/data/t-0", cfg)
 	want := map[int64][]byte{}
-	if err := appendDurable(p, rng, 10, want); err != nil {
+	if err := appendDurable(p, rng, n, want); err != nil {
 		t.Fatal(err)
 	}
+	return rng, mfs, fsys, s, p, want
+}
+
+// secondSegment returns p's second segment (p must have at least four)
+// and its batches.
+func secondSegment(t *testing.T, p *Partition, fsys FS) (*segment, []SegmentBatch) {
+	t.Helper()
+	segs := p.segments()
+	if len(segs) < 4 {
+		t.Fatalf("want several segments, got %d", len(segs))
+	}
+	var batches []SegmentBatch
+	if _, _, err := DumpSegment(fsys, segs[1].logPath, func(b SegmentBatch) { batches = append(batches, b) }); err != nil {
+		t.Fatal(err)
+	}
+	return segs[1], batches
+}
+
+func TestWriteErrorENOSPC(t *testing.T) {
+	rng, mfs, fsys, s, p, want := durablePartition(t, 3, 10, Config{})
 	leo := p.LogEndOffset()
 	mfs.SetInjector(memfs.FailNth(memfs.OpWrite, 1, syscall.ENOSPC))
 	_, err := p.Append(randBatch(rng, 0, 10))
@@ -130,27 +154,12 @@ func TestShortWriteTornTail(t *testing.T) {
 // reports it, reads return the good batches before it and then an error,
 // never the damaged bytes; other segments stay readable.
 func TestBitRotInSealedSegment(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 8))
-	mfs, fsys := newMemFS(t)
-	s := openStore(t, fsys, 0)
 	cfg := Config{SegmentBytes: 3000, IndexIntervalBytes: 300}
-	p := mustOpen(t, s, "/data/t-0", cfg)
-	want := map[int64][]byte{}
-	if err := appendDurable(p, rng, 60, want); err != nil {
-		t.Fatal(err)
-	}
-	segs := p.segments()
-	if len(segs) < 4 {
-		t.Fatalf("want several segments, got %d", len(segs))
-	}
-	victim := segs[1]
+	_, mfs, fsys, _, p, want := durablePartition(t, 7, 60, cfg)
+	victim, batches := secondSegment(t, p, fsys)
 	p.Close()
 	// Damage the last byte of the middle batch of the segment: inside its
 	// records, so only the CRC can tell.
-	var batches []SegmentBatch
-	if _, _, err := DumpSegment(fsys, victim.logPath, func(b SegmentBatch) { batches = append(batches, b) }); err != nil {
-		t.Fatal(err)
-	}
 	mid := batches[len(batches)/2]
 	if err := mfs.Corrupt(victim.logPath, mid.Pos+int64(mid.Header.Length)-1, 0x40); err != nil {
 		t.Fatal(err)
@@ -454,25 +463,10 @@ func TestConcurrentFsyncFailureIsNotLost(t *testing.T) {
 func TestSealedSegmentShortOrMissing(t *testing.T) {
 	for _, damage := range []string{"cut", "missing"} {
 		t.Run(damage, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(11, 12))
-			mfs, fsys := newMemFS(t)
-			s := openStore(t, fsys, 0)
 			cfg := Config{SegmentBytes: 3000, IndexIntervalBytes: 300, RetentionMs: -1}
-			p := mustOpen(t, s, "/data/t-0", cfg)
-			want := map[int64][]byte{}
-			if err := appendDurable(p, rng, 60, want); err != nil {
-				t.Fatal(err)
-			}
-			segs := p.segments()
-			if len(segs) < 4 {
-				t.Fatalf("want several segments, got %d", len(segs))
-			}
-			victim := segs[1]
+			_, mfs, fsys, _, p, want := durablePartition(t, 11, 60, cfg)
+			victim, batches := secondSegment(t, p, fsys)
 			lost := map[int64]bool{} // base offsets of the batches gone
-			var batches []SegmentBatch
-			if _, _, err := DumpSegment(fsys, victim.logPath, func(b SegmentBatch) { batches = append(batches, b) }); err != nil {
-				t.Fatal(err)
-			}
 			p.Close()
 			switch damage {
 			case "cut": // the last batch gone, the cut at a batch boundary
@@ -529,14 +523,7 @@ func TestSealedSegmentShortOrMissing(t *testing.T) {
 // fsync, which were never acknowledged, instead of counting them durable
 // and appending acknowledged records after a hole the next reboot opens.
 func TestFailedFsyncBytesGoAtRestart(t *testing.T) {
-	rng := rand.New(rand.NewPCG(13, 14))
-	mfs, fsys := newMemFS(t)
-	s := openStore(t, fsys, 0)
-	p := mustOpen(t, s, "/data/t-0", Config{})
-	want := map[int64][]byte{}
-	if err := appendDurable(p, rng, 10, want); err != nil {
-		t.Fatal(err)
-	}
+	rng, mfs, fsys, s, p, want := durablePartition(t, 13, 10, Config{})
 	acked := p.LogEndOffset()
 	mfs.SetInjector(memfs.FailNth(memfs.OpSync, 1, syscall.EIO))
 	if err := appendDurable(p, rng, 3, map[int64][]byte{}); !errors.Is(err, ErrStorage) {

@@ -101,19 +101,28 @@ func roundTrip(t *testing.T, nc net.Conn, corr int32, req kmsg.Request) kmsg.Res
 	return resp
 }
 
+// serveResult is how a command run in the background ended.
+type serveResult struct {
+	stderr string
+	err    error
+}
+
+// serveInBackground runs the command with args until cancel is called;
+// done then delivers how it ended.
+func serveInBackground(t *testing.T, args ...string) (cancel func(), done <-chan serveResult) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan serveResult, 1)
+	go func() {
+		_, stderr, err := run(t, ctx, args...)
+		ch <- serveResult{stderr, err}
+	}()
+	return cancel, ch
+}
+
 func TestServeServesAndStops(t *testing.T) {
 	data := t.TempDir()
 	addr, httpAddr := freeAddr(t), freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	type result struct {
-		stderr string
-		err    error
-	}
-	done := make(chan result, 1)
-	go func() {
-		_, stderr, err := run(t, ctx, "--log-format", "json", "serve", "--data-dir", data, "--listen", addr, "--http-listen", httpAddr)
-		done <- result{stderr, err}
-	}()
+	cancel, done := serveInBackground(t, "--log-format", "json", "serve", "--data-dir", data, "--listen", addr, "--http-listen", httpAddr)
 	var nc net.Conn
 	for i := 0; i < 200; i++ {
 		var err error
@@ -269,17 +278,8 @@ func TestServeRejectsBadFlags(t *testing.T) {
 func TestServeWildcardAndPprof(t *testing.T) {
 	_, port, _ := net.SplitHostPort(freeAddr(t))
 	httpAddr := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	type result struct {
-		stderr string
-		err    error
-	}
-	done := make(chan result, 1)
-	go func() {
-		_, stderr, err := run(t, ctx, "--log-format", "json", "serve", "--data-dir", t.TempDir(), "--listen", "0.0.0.0:"+port,
-			"--http-listen", httpAddr, "--pprof")
-		done <- result{stderr, err}
-	}()
+	cancel, done := serveInBackground(t, "--log-format", "json", "serve", "--data-dir", t.TempDir(), "--listen", "0.0.0.0:"+port,
+		"--http-listen", httpAddr, "--pprof")
 	var ok bool
 	for i := 0; i < 200 && !ok; i++ {
 		if resp, err := http.Get("http://" + httpAddr + "/debug/pprof/goroutine?debug=1"); err == nil {
