@@ -168,3 +168,42 @@ func TestNonProduceCap(t *testing.T) {
 		t.Fatalf("%d-byte metadata request: %v", len(b), err)
 	}
 }
+
+// TestProduceEntriesCap: a Produce of more topic and partition entries than
+// maxProduceEntries (a few bytes each on the wire, a struct each when
+// decoded) is refused before decoding; a Produce within it, of any version
+// and with records, decodes.
+func TestProduceEntriesCap(t *testing.T) {
+	build := func(version int16, topics, parts int, records []byte) []byte {
+		pr := kmsg.NewPtrProduceRequest()
+		pr.Version, pr.Acks, pr.TimeoutMillis = version, -1, 1000
+		for i := 0; i < topics; i++ {
+			tp := kmsg.NewProduceRequestTopic()
+			tp.Topic = "t"
+			for j := 0; j < parts; j++ {
+				p := kmsg.NewProduceRequestTopicPartition()
+				p.Partition, p.Records = int32(j), records
+				tp.Partitions = append(tp.Partitions, p)
+			}
+			pr.Topics = append(pr.Topics, tp)
+		}
+		return request(pr, 1, "c")
+	}
+	for _, v := range []int16{3, 8, 9, 12, 13} {
+		if _, err := Parse(build(v, 3, 4, []byte("not decoded here"))); err != nil {
+			t.Fatalf("v%d: a small produce: %v", v, err)
+		}
+		body := build(v, 3, 4, []byte("x"))[8+2+1:] // header: key, version, correlation id, client id "c"
+		if v >= 9 {
+			body = body[1:] // and its tags
+		}
+		if n, ok := produceEntries(body, v, v >= 9); !ok || n != 15 {
+			t.Fatalf("v%d: counted %d entries (ok %v), want 15", v, n, ok)
+		}
+		for _, shape := range [][2]int{{maxProduceEntries + 1, 0}, {1, maxProduceEntries}} {
+			if _, err := Parse(build(v, shape[0], shape[1], nil)); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("v%d: %d topics of %d partitions: %v", v, shape[0], shape[1], err)
+			}
+		}
+	}
+}

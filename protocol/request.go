@@ -76,6 +76,13 @@ func Parse(frame []byte) (*Request, error) {
 			return req, fmt.Errorf("%w: header tags", ErrMalformed)
 		}
 	}
+	if req.Key == 0 {
+		// A Produce may be 100 MiB: its entries are counted before kmsg
+		// makes a struct for each (as few as 3 bytes each on the wire).
+		if n, ok := produceEntries(r.Src, req.Version, body.IsFlexible()); ok && n > maxProduceEntries {
+			return req, fmt.Errorf("%w: Produce with over %d topic and partition entries", ErrMalformed, maxProduceEntries)
+		}
+	}
 	// ReadFrom, not UnsafeReadFrom: strings are copied (handlers keep topic
 	// names and configs), while byte fields such as a produce request's
 	// records still alias the frame, so appends copy nothing.
@@ -84,4 +91,53 @@ func Parse(frame []byte) (*Request, error) {
 	}
 	req.Body = body
 	return req, nil
+}
+
+// maxProduceEntries bounds the topic and partition entries of one Produce
+// request: decoding makes a struct of dozens of bytes for each (and the
+// broker another for its answer), so a 100 MiB frame of empty entries
+// would cost gigabytes. Real producers send a few per broker.
+const maxProduceEntries = 100_000
+
+// produceEntries counts the topic and partition entries of a Produce body
+// (v3+) without decoding it, stopping past maxProduceEntries. ok is false
+// if the body does not parse that far (decoding then says what is wrong).
+func produceEntries(src []byte, version int16, flexible bool) (n int, ok bool) {
+	r := kbin.Reader{Src: src}
+	arrayLen := r.ArrayLen
+	if flexible {
+		arrayLen = r.CompactArrayLen
+		r.UnsafeCompactNullableString() // transactional id
+	} else {
+		r.UnsafeNullableString()
+	}
+	r.Int16() // acks
+	r.Int32() // timeout
+	topics := arrayLen()
+	for i := int32(0); i < topics && r.Ok() && n <= maxProduceEntries; i++ {
+		n++
+		switch {
+		case version >= 13:
+			r.Uuid()
+		case flexible:
+			r.UnsafeCompactString()
+		default:
+			r.UnsafeString()
+		}
+		parts := arrayLen()
+		for j := int32(0); j < parts && r.Ok() && n <= maxProduceEntries; j++ {
+			n++
+			r.Int32() // partition
+			if flexible {
+				r.CompactNullableBytes()
+				kmsg.SkipTags(&r)
+			} else {
+				r.NullableBytes()
+			}
+		}
+		if flexible {
+			kmsg.SkipTags(&r)
+		}
+	}
+	return n, r.Ok()
 }
