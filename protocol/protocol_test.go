@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"runtime"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -174,6 +175,7 @@ func TestNonProduceCap(t *testing.T) {
 // decoded) is refused before decoding; a Produce within it, of any version
 // and with records, decodes.
 func TestProduceEntriesCap(t *testing.T) {
+	partition := func(j int) int32 { return int32(j) }
 	build := func(version int16, topics, parts int, records []byte) []byte {
 		pr := kmsg.NewPtrProduceRequest()
 		pr.Version, pr.Acks, pr.TimeoutMillis = version, -1, 1000
@@ -182,7 +184,7 @@ func TestProduceEntriesCap(t *testing.T) {
 			tp.Topic = "t"
 			for j := 0; j < parts; j++ {
 				p := kmsg.NewProduceRequestTopicPartition()
-				p.Partition, p.Records = int32(j), records
+				p.Partition, p.Records = partition(j), records
 				tp.Partitions = append(tp.Partitions, p)
 			}
 			pr.Topics = append(pr.Topics, tp)
@@ -200,10 +202,34 @@ func TestProduceEntriesCap(t *testing.T) {
 		if n, ok := produceEntries(body, v, v >= 9); !ok || n != 15 {
 			t.Fatalf("v%d: counted %d entries (ok %v), want 15", v, n, ok)
 		}
-		for _, shape := range [][2]int{{maxProduceEntries + 1, 0}, {1, maxProduceEntries}} {
+		for _, shape := range [][2]int{{maxProduceEntries + 1, 0}, {1, maxProduceEntries}, {2, maxProduceEntries / 2}} {
 			if _, err := Parse(build(v, shape[0], shape[1], nil)); !errors.Is(err, ErrMalformed) {
 				t.Fatalf("v%d: %d topics of %d partitions: %v", v, shape[0], shape[1], err)
 			}
 		}
+		// Partition -1 with null records and no tags reads, from the
+		// middle of an entry, as a huge tag section: the count must stop
+		// before reading on.
+		partition = func(int) int32 { return -1 }
+		if _, err := Parse(build(v, 1, maxProduceEntries+1, nil)); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("v%d: %d partitions numbered -1: %v", v, maxProduceEntries+1, err)
+		}
+		partition = func(j int) int32 { return int32(j) }
+	}
+	// A declared count without the entries behind it (enough bytes for
+	// kmsg's own check of 2 per topic): kmsg would allocate a struct for
+	// each declared topic before finding them missing.
+	b := build(3, 1, 1, make([]byte, 500_000))
+	body := 8 + 2 + 1                                   // header: key, version, correlation id, client id "c"
+	binary.BigEndian.PutUint32(b[body+2+2+4:], 200_000) // topics, after transactional id, acks, timeout
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := Parse(b)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrMalformed) {
+		t.Fatalf("v3: 200 000 topics declared, one sent: %v", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 4<<20 {
+		t.Fatalf("v3: 200 000 topics declared, one sent: %d bytes allocated", grew)
 	}
 }

@@ -99,9 +99,12 @@ func Parse(frame []byte) (*Request, error) {
 // would cost gigabytes. Real producers send a few per broker.
 const maxProduceEntries = 100_000
 
-// produceEntries counts the topic and partition entries of a Produce body
-// (v3+) without decoding it, stopping past maxProduceEntries. ok is false
-// if the body does not parse that far (decoding then says what is wrong).
+// produceEntries counts the topic and partition entries a Produce body
+// (v3+) declares, without decoding it: kmsg makes the structs for a
+// declared array before it finds whether the bytes are there. It stops as
+// soon as the count passes maxProduceEntries (ok: true). ok is false if
+// the body does not parse that far (decoding then says what is wrong,
+// having allocated for at most that many entries).
 func produceEntries(src []byte, version int16, flexible bool) (n int, ok bool) {
 	r := kbin.Reader{Src: src}
 	arrayLen := r.ArrayLen
@@ -114,8 +117,10 @@ func produceEntries(src []byte, version int16, flexible bool) (n int, ok bool) {
 	r.Int16() // acks
 	r.Int32() // timeout
 	topics := arrayLen()
-	for i := int32(0); i < topics && r.Ok() && n <= maxProduceEntries; i++ {
-		n++
+	if n += max(int(topics), 0); n > maxProduceEntries {
+		return n, true
+	}
+	for i := int32(0); i < topics && r.Ok(); i++ {
 		switch {
 		case version >= 13:
 			r.Uuid()
@@ -125,8 +130,10 @@ func produceEntries(src []byte, version int16, flexible bool) (n int, ok bool) {
 			r.UnsafeString()
 		}
 		parts := arrayLen()
-		for j := int32(0); j < parts && r.Ok() && n <= maxProduceEntries; j++ {
-			n++
+		if n += max(int(parts), 0); n > maxProduceEntries {
+			return n, true
+		}
+		for j := int32(0); j < parts && r.Ok(); j++ {
 			r.Int32() // partition
 			if flexible {
 				r.CompactNullableBytes()
