@@ -22,8 +22,8 @@ import (
 //     requests of up to 64 KiB answered on their own, from their last byte
 //     read to their response written, and fetches waiting at the end of a
 //     partition, from the high watermark moving to running again. Each
-//     signal keeps its last quietSamples samples taken while no cold
-//     download was moving: 1.5 times their 99th percentile (the goal
+//     signal keeps its last quietSamples samples taken while no cold read
+//     was moving (a download paced, or cold data served): 1.5 times their 99th percentile (the goal
 //     for the tail's p99) is the lateness threshold, so a slow disk or a
 //     busy machine is what the tail is measured against, not blamed on cold
 //     reads. Until there are quietEnough quiet samples, the threshold is
@@ -33,8 +33,8 @@ import (
 //   - CPU pressure (pressure.go, Linux PSI): the share of each window
 //     (tailWindow) during which some task waited for a processor. It sees
 //     what the broker's own samples cannot: the clients' waits and the wait
-//     before a request is read at all. A window with cold downloads moving
-//     is crowded if that share is more than pressureMargin above its
+//     before a request is read at all. A window with cold reads moving is
+//     crowded if that share is more than pressureMargin above its
 //     average over windows without them.
 //
 // At the end of each window: too many late samples, or a crowded window,
@@ -208,8 +208,8 @@ func (t *Tier) ObserveTail(sig TailSignal, d time.Duration) {
 	if sig < 0 || sig >= tailSignals {
 		return
 	}
-	// Quiet: no cold download took from the rate while this sample's
-	// request was served (nor just before it).
+	// Quiet: no cold read moved (a download paced, or cold data served)
+	// while this sample's request was served (nor just before it).
 	now := g.now()
 	lp := g.lastPaced.Load()
 	quiet := lp == 0 || now.Sub(clockStart)-time.Duration(lp) > d+tailWindow
@@ -321,7 +321,7 @@ func (t *Tier) endWindow(claimed bool) {
 		return
 	}
 	paced := g.paced.Load()
-	moving := paced > g.paced0 // cold downloads took from the rate in this window
+	moving := paced > g.paced0 // cold reads moved in this window (downloads paced, data served)
 	crowded := false
 	if shareOK {
 		if !moving {
