@@ -324,25 +324,18 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 			pos, suspect = 0, false
 			continue
 		}
-		var h log.BatchHeader
-		var err error
-		if pos+log.BatchHeaderSize <= seg.Size {
-			hdr, rerr := t.appendAt(ctx, hbuf[:0], o, pos, log.BatchHeaderSize)
-			if rerr != nil {
-				return false, rerr
-			}
-			h, err = log.ParseBatchHeader(hdr)
-		} else {
-			err = errShortHeader
+		h, bad, err := t.batchHeaderAt(ctx, o, seg.Size, pos, hbuf[:0])
+		if err != nil {
+			return false, err
 		}
-		if err != nil || pos+int64(h.Length) > seg.Size {
+		if bad != nil {
 			if suspect {
 				t.badIndex(pk, seg.Base)
 				pos, suspect = 0, false
 				continue
 			}
 			t.cache.dropKey(key)
-			return false, fmt.Errorf("tiering: %s at byte %d: bad batch header: %v", key, pos, err)
+			return false, fmt.Errorf("tiering: %s at byte %d: bad batch header: %v", key, pos, bad)
 		}
 		if h.LastOffset() < offset {
 			pos += int64(h.Length)
@@ -484,6 +477,24 @@ func (t *Tier) takeFailure(id chunkID) error {
 	err := t.failed[id]
 	delete(t.failed, id)
 	return err
+}
+
+// batchHeaderAt reads the batch header at pos of an object of size bytes
+// (into buf). err is a read's failure; bad says the bytes there are no
+// batch header of this object: short of a header before its end,
+// unparsable, or a batch running past its end.
+func (t *Tier) batchHeaderAt(ctx context.Context, o object, size, pos int64, buf []byte) (h log.BatchHeader, bad, err error) {
+	if pos+log.BatchHeaderSize > size {
+		return h, errShortHeader, nil
+	}
+	hdr, err := t.appendAt(ctx, buf, o, pos, log.BatchHeaderSize)
+	if err != nil {
+		return h, nil, err
+	}
+	if h, bad = log.ParseBatchHeader(hdr); bad == nil && pos+int64(h.Length) > size {
+		bad = fmt.Errorf("a batch of %d bytes runs past the end at %d", h.Length, size)
+	}
+	return h, bad, nil
 }
 
 // errShortHeader: fewer bytes than a batch header are left in the segment.
@@ -1294,6 +1305,7 @@ func (t *Tier) BatchForTimestamp(ctx context.Context, pk PartitionKey, ts int64)
 		// nowhere (past the end, a bad header, a bad batch) sends the walk
 		// back to the segment's start.
 		suspect := pos > 0
+		var hbuf [log.BatchHeaderSize]byte
 		for {
 			if pos >= seg.Size {
 				if !suspect {
@@ -1302,23 +1314,16 @@ func (t *Tier) BatchForTimestamp(ctx context.Context, pk PartitionKey, ts int64)
 				pos, suspect = 0, false
 				continue
 			}
-			var h log.BatchHeader
-			var err error
-			if pos+log.BatchHeaderSize <= seg.Size {
-				hdr, rerr := t.readAt(ctx, o, pos, log.BatchHeaderSize)
-				if rerr != nil {
-					return nil, rerr
-				}
-				h, err = log.ParseBatchHeader(hdr)
-			} else {
-				err = errShortHeader
+			h, bad, err := t.batchHeaderAt(ctx, o, seg.Size, pos, hbuf[:0])
+			if err != nil {
+				return nil, err
 			}
-			if err != nil || pos+int64(h.Length) > seg.Size {
+			if bad != nil {
 				if suspect {
 					pos, suspect = 0, false
 					continue
 				}
-				return nil, fmt.Errorf("tiering: %s at byte %d: bad batch header: %v", key, pos, err)
+				return nil, fmt.Errorf("tiering: %s at byte %d: bad batch header: %v", key, pos, bad)
 			}
 			if h.MaxTimestamp >= ts && h.LastOffset() >= m.LogStartOffset {
 				b, err := t.readAt(ctx, o, pos, int64(h.Length))
