@@ -171,8 +171,7 @@ func (s *Server) listOffset(ctx context.Context, p *partition, ts int64) (offset
 	return off, mts, 0
 }
 
-// firstAtOrAfter is the first record with timestamp >= ts at or after the
-// log start.
+// atOrAfter matches a record timestamp at or after ts.
 func atOrAfter(ts int64) func(int64) bool { return func(t int64) bool { return t >= ts } }
 
 // readBatch returns the stored batch holding off.

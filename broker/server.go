@@ -359,11 +359,12 @@ func (s *Server) maintain() {
 			}
 		}
 		wg.Wait()
-		if s.cfg.Tier != nil && s.forgetDue.Swap(false) {
+		sweep := s.cfg.Tier != nil && time.Since(swept) >= s.cfg.OrphanSweepInterval
+		if s.cfg.Tier != nil && s.forgetDue.Swap(false) && !sweep { // (the sweep forgets too)
 			s.forgetPending() // between passes: no upload of a deleted partition under way
 		}
 		s.checkDiskBudget() // what this pass uploaded can make room
-		if s.cfg.Tier != nil && time.Since(swept) >= s.cfg.OrphanSweepInterval {
+		if sweep {
 			s.cleanOrphans() // between passes: no upload is under way
 			swept = time.Now()
 		}

@@ -148,7 +148,7 @@ func (s *Server) releaseOverBudget(excess int64) int64 {
 			}
 			ts := int64(math.MinInt64)
 			for _, sg := range p.log.SealedSegments() {
-				if sg.Next > p.log.LogStartOffset() && !m.Holds(sg) {
+				if !m.Releasable(sg, p.log.LogStartOffset()) {
 					break // not in the bucket yet
 				}
 				ts = max(ts, sg.MaxTimestamp)

@@ -337,26 +337,22 @@ func (r *registry) remove(t *topic) error {
 	}
 	delete(r.topics, t.name)
 	delete(r.byID, t.id)
-	err := r.saveLocked()
-	if err != nil {
+	if err := r.saveLocked(); err != nil {
 		// Still there on disk, so still here: a topic missing only from
 		// memory would have the tiering sweep delete its bucket objects.
 		// (The write may have failed after its rename, at the directory
 		// sync: written again, so the disk has it too, if it can.)
 		r.topics[t.name], r.byID[t.id] = t, t
 		r.saveLocked()
-	}
-	parts := t.partitions
-	if err == nil {
-		if r.deleting == nil {
-			r.deleting = map[string]bool{}
-		}
-		r.deleting[t.name] = true
-	}
-	r.mu.Unlock()
-	if err != nil {
+		r.mu.Unlock()
 		return err
 	}
+	if r.deleting == nil {
+		r.deleting = map[string]bool{}
+	}
+	r.deleting[t.name] = true
+	parts := t.partitions
+	r.mu.Unlock()
 	for _, p := range parts {
 		if err := p.log.Delete(); err != nil {
 			r.logger.Warn("delete partition", zap.String("topic", t.name), zap.Int32("partition", p.index), zap.Error(err))

@@ -1,7 +1,6 @@
 package tiering
 
 import (
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -254,8 +253,8 @@ func (g *tailGuard) refReady(sig TailSignal) time.Duration {
 
 // tookRate notes n bytes of cold reading now (a download paced, or cold
 // data served).
-func (g *tailGuard) tookRate(n int) {
-	g.paced.Add(int64(n))
+func (g *tailGuard) tookRate(n int64) {
+	g.paced.Add(n)
 	g.lastPaced.Store(max(int64(g.now().Sub(clockStart)), 1))
 }
 
@@ -410,7 +409,7 @@ func (t *Tier) ServeCold() (maxBytes int64, wait <-chan struct{}) {
 func (t *Tier) ChargeCold(n int64) {
 	// Cold bytes served count as cold activity whether downloaded or from
 	// the cache: what the tail waits behind is serving them.
-	t.guard.tookRate(int(min(n, math.MaxInt32)))
+	t.guard.tookRate(n)
 	lim, _ := t.guard.servePacing()
 	if lim == nil {
 		return

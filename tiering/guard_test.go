@@ -57,7 +57,7 @@ func (r *guardRig) window(tb testing.TB, moving bool, share float64, n int, lat 
 	for i := 0; i < n; i++ {
 		r.now = r.now.Add(step)
 		if moving {
-			r.t.guard.tookRate(int(100e6 * step.Seconds()))
+			r.t.guard.tookRate(int64(100e6 * step.Seconds()))
 		}
 		r.stat += time.Duration(share * float64(step))
 		if r.psi != "" {

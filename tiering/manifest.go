@@ -46,12 +46,14 @@ func (m *Manifest) Next() int64 {
 	return m.LogStartOffset
 }
 
-// Holds reports whether the bucket holds local segment s: the manifest
-// names a segment of the same offsets and size. Only then may the local
-// copy go (unless it is wholly below the local log's start): a manifest's
-// end offset alone is no proof, as one that is not this log's could claim
-// any end.
-func (m *Manifest) Holds(s log.SegmentInfo) bool {
+// Releasable reports whether local segment s may go: it lies wholly below
+// the local log's start logStart, or the bucket holds it, the manifest
+// naming a segment of the same offsets and size. A manifest's end offset
+// alone is no proof: one that is not this log's could claim any end.
+func (m *Manifest) Releasable(s log.SegmentInfo, logStart int64) bool {
+	if s.Next <= logStart {
+		return true
+	}
 	i, ok := slices.BinarySearchFunc(m.Segments, s.Base, func(sm SegmentMeta, base int64) int { return cmp.Compare(sm.Base, base) })
 	return ok && m.Segments[i].Next == s.Next && m.Segments[i].Size == s.Size
 }

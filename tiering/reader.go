@@ -870,7 +870,7 @@ func (t *Tier) pace(ctx context.Context, n int, f *flight) error {
 		if t.fetchRate.Limit() == rate.Inf {
 			// The guard's limit is lifted: nothing to wait for, and no
 			// line for demanded downloads to go first in.
-			t.guard.tookRate(n)
+			t.guard.tookRate(int64(n))
 			return nil
 		}
 		k := min(n, t.fetchRate.Burst())
@@ -887,7 +887,7 @@ func (t *Tier) pace(ctx context.Context, n int, f *flight) error {
 			}
 		}
 		err := t.fetchRate.WaitN(ctx, k)
-		t.guard.tookRate(k)
+		t.guard.tookRate(int64(k))
 		if demanded {
 			t.demanded.Add(-1)
 		}

@@ -95,8 +95,6 @@ func (r *retryStore) GetRange(ctx context.Context, key string, off, n int64) ([]
 	return out, err
 }
 
-// GetRangeInto implements RangeReader; a retry calls onRead from position 0
-// again.
 // AbortUploads implements UploadAborter when the wrapped store does.
 func (r *retryStore) AbortUploads(ctx context.Context) (int, error) {
 	a, ok := r.s.(UploadAborter)
@@ -112,6 +110,8 @@ func (r *retryStore) AbortUploads(ctx context.Context) (int, error) {
 	return n, err
 }
 
+// GetRangeInto implements RangeReader; a retry calls onRead from position 0
+// again.
 func (r *retryStore) GetRangeInto(ctx context.Context, key string, off int64, dst []byte, onRead func(int, []byte)) error {
 	return r.do(ctx, func() error { return getRangeInto(ctx, r.s, key, off, dst, onRead) })
 }

@@ -366,7 +366,7 @@ func (t *Tier) ReleaseLocal(ctx context.Context, pk PartitionKey, lp *log.Partit
 	}
 	cut := int64(-1)
 	for _, s := range sealed {
-		if s.Next > lp.LogStartOffset() && !m.Holds(s) {
+		if !m.Releasable(s, lp.LogStartOffset()) {
 			break // not in the bucket yet: never released
 		}
 		overBytes := keepBytes >= 0 && local > keepBytes
