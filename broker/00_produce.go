@@ -160,13 +160,13 @@ func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceRespons
 	if h.Transactional() {
 		return 0, errTransactional
 	}
-	logAppend, before, after := timestampPolicy(s.reg, p.topic)
-	if !logAppend && (before < math.MaxInt64 || after < math.MaxInt64) {
-		if err := checkTimestamps(&h, s.cfg.Now().UnixMilli(), before, after); err != nil {
+	st := s.reg.stampsOf(p.topic)
+	if !st.logAppend && (st.before < math.MaxInt64 || st.after < math.MaxInt64) {
+		if err := checkTimestamps(&h, s.cfg.Now().UnixMilli(), st.before, st.after); err != nil {
 			return 0, err
 		}
 	}
-	if logAppend {
+	if st.logAppend {
 		// The client's CRC is checked before the stamp recomputes it.
 		if _, err := log.CheckBatch(records, 0); err != nil {
 			return 0, err
@@ -218,26 +218,38 @@ func (p *partition) appendIdempotent(records []byte, h *log.BatchHeader, sp *kms
 	return res.LastOffset + 1, nil
 }
 
-// timestampPolicy is a topic's message.timestamp.type (LogAppendTime or
-// not) and how far before and after the broker's clock a CreateTime
-// timestamp may be (message.timestamp.before.max.ms, .after.max.ms, each
-// falling back to the older message.timestamp.difference.max.ms when not
-// set), read under one lock.
-func timestampPolicy(r *registry, t *topic) (logAppend bool, before, after int64) {
+// stampPolicy is a topic's message.timestamp.type (LogAppendTime or not)
+// and how far before and after the broker's clock a CreateTime timestamp
+// may be (message.timestamp.before.max.ms, .after.max.ms, each falling back
+// to the older message.timestamp.difference.max.ms when not set).
+type stampPolicy struct {
+	logAppend     bool
+	before, after int64
+}
+
+// stampPolicyOf derives a topic's stampPolicy from its configs (once per
+// change of them, not per produce).
+func stampPolicyOf(configs map[string]string) stampPolicy {
+	v, _ := configValue(configs, "message.timestamp.type")
+	diff := configInt(configs, "message.timestamp.difference.max.ms")
+	p := stampPolicy{logAppend: v == "LogAppendTime",
+		before: configInt(configs, "message.timestamp.before.max.ms"),
+		after:  configInt(configs, "message.timestamp.after.max.ms")}
+	// As Kafka's LogConfig: before/after when set, else the older bound.
+	if p.before == math.MaxInt64 {
+		p.before = diff
+	}
+	if p.after == math.MaxInt64 {
+		p.after = diff
+	}
+	return p
+}
+
+// stampsOf reads a topic's stampPolicy.
+func (r *registry) stampsOf(t *topic) stampPolicy {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	v, _ := configValue(t.configs, "message.timestamp.type")
-	diff := configInt(t.configs, "message.timestamp.difference.max.ms")
-	before = configInt(t.configs, "message.timestamp.before.max.ms")
-	after = configInt(t.configs, "message.timestamp.after.max.ms")
-	// As Kafka's LogConfig: before/after when set, else the older bound.
-	if before == math.MaxInt64 {
-		before = diff
-	}
-	if after == math.MaxInt64 {
-		after = diff
-	}
-	return v == "LogAppendTime", before, after
+	return t.stamps
 }
 
 // errInvalidTimestamp: a CreateTime timestamp outside the topic's bounds

@@ -26,7 +26,17 @@ type topic struct {
 	name       string
 	id         [16]byte
 	configs    map[string]string // only those set on the topic
+	stamps     stampPolicy       // from configs (setConfigsLocked), for produce
 	partitions []*partition
+}
+
+// setConfigsLocked sets t's configs and what produce derives from them.
+// r.mu held, or t not yet shared.
+func (t *topic) setConfigsLocked(configs map[string]string) {
+	if configs == nil {
+		configs = map[string]string{}
+	}
+	t.configs, t.stamps = configs, stampPolicyOf(configs)
 }
 
 // partition is one partition of a topic: its log and producer state.
@@ -134,10 +144,8 @@ func openRegistry(dataDir string, store *log.Store, logger *zap.Logger, tiered b
 		if rec.Partitions <= 0 || rec.Partitions > maxPartitions {
 			return nil, fmt.Errorf("broker: %s: topic %q has %d partitions (1 to %d)", topicsFile, rec.Name, rec.Partitions, maxPartitions)
 		}
-		t := &topic{name: rec.Name, configs: rec.Configs}
-		if t.configs == nil {
-			t.configs = map[string]string{}
-		}
+		t := &topic{name: rec.Name}
+		t.setConfigsLocked(rec.Configs)
 		idb, err := hex.DecodeString(rec.ID)
 		if err != nil || len(idb) != 16 {
 			return nil, fmt.Errorf("broker: topic %q has a bad id %q", rec.Name, rec.ID)
@@ -298,7 +306,8 @@ func (r *registry) create(name string, partitions int32, configs map[string]stri
 	if validateOnly {
 		return &topic{name: name, configs: configs}, nil
 	}
-	t := &topic{name: name, configs: configs}
+	t := &topic{name: name}
+	t.setConfigsLocked(configs)
 	if _, err := rand.Read(t.id[:]); err != nil {
 		return nil, err
 	}
@@ -411,9 +420,9 @@ func (r *registry) setConfigs(t *topic, configs map[string]string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	old := t.configs
-	t.configs = configs
+	t.setConfigsLocked(configs)
 	if err := r.saveLocked(); err != nil {
-		t.configs = old // as topics.json still has them
+		t.setConfigsLocked(old) // as topics.json still has them
 		return err
 	}
 	lc := r.logConfig(configs)
