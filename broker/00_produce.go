@@ -30,26 +30,38 @@ import (
 //     OUT_OF_ORDER_SEQUENCE_NUMBER; an old epoch INVALID_PRODUCER_EPOCH.
 //   - Transactional batches are refused (INVALID_TXN_STATE): transactions are
 //     not implemented.
-//   - Unknown topics are auto-created when enabled.
+//   - Unknown topics are auto-created when enabled (and, with ACLs, the
+//     principal may CREATE them).
+//   - With ACLs: WRITE on each topic (else TOPIC_AUTHORIZATION_FAILED) and,
+//     for a transactional id, WRITE on it (else
+//     TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 //
 // Version notes:
 //   - v13: topics by id (UNKNOWN_TOPIC_ID).
-func (s *Server) handleProduce(req *kmsg.ProduceRequest) (kmsg.Response, error) {
+func (s *Server) handleProduce(c *conn, req *kmsg.ProduceRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	var waits []durableWait
 	acksOK := req.Acks == 0 || req.Acks == 1 || req.Acks == -1
 	creates := maxAutoCreates
+	txnDenied := req.TransactionID != nil && !c.allowed(opWrite, resTxnID, *req.TransactionID)
 	for _, rt := range req.Topics {
 		st := kmsg.NewProduceResponseTopic()
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
 		var t *topic
 		code := int16(0)
-		if req.Version >= 13 {
+		switch {
+		case txnDenied:
+			code = kerr.TransactionalIDAuthorizationFailed.Code
+		case req.Version >= 13:
 			if t = s.reg.getByID(rt.TopicID); t == nil {
 				code = kerr.UnknownTopicID.Code
+			} else if !c.allowed(opWrite, resTopic, t.name) {
+				t, code = nil, kerr.TopicAuthorizationFailed.Code
 			}
-		} else {
-			t, code = s.topicOrCreate(rt.Topic, s.cfg.AutoCreateTopics, &creates)
+		case !c.allowed(opWrite, resTopic, rt.Topic):
+			code = kerr.TopicAuthorizationFailed.Code
+		default:
+			t, code = s.topicOrCreate(rt.Topic, s.cfg.AutoCreateTopics && c.mayCreateTopic(rt.Topic), &creates)
 		}
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewProduceResponseTopicPartition()

@@ -45,7 +45,12 @@ import (
 //
 // Version notes:
 //   - v13+: topics by id (UNKNOWN_TOPIC_ID).
-func (s *Server) handleFetch(req *kmsg.FetchRequest) (kmsg.Response, error) {
+func (s *Server) handleFetch(c *conn, req *kmsg.FetchRequest) (kmsg.Response, error) {
+	if (req.ReplicaID >= 0 || req.ReplicaState.ID >= 0) && !c.allowedCluster(opClusterAction) {
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return resp, nil
+	}
 	if req.SessionID != 0 {
 		resp := req.ResponseKind().(*kmsg.FetchResponse)
 		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
@@ -56,7 +61,7 @@ func (s *Server) handleFetch(req *kmsg.FetchRequest) (kmsg.Response, error) {
 		deadline = time.Now().Add(min(time.Duration(req.MaxWaitMillis)*time.Millisecond, maxFetchWait))
 	}
 	for {
-		resp, bytes, waitOn, tails := s.fetchOnce(req)
+		resp, bytes, waitOn, tails := s.fetchOnce(c, req)
 		if bytes >= int64(req.MinBytes) || deadline.IsZero() || len(waitOn) == 0 || s.ctx.Err() != nil {
 			return resp, nil
 		}
@@ -70,7 +75,7 @@ func (s *Server) handleFetch(req *kmsg.FetchRequest) (kmsg.Response, error) {
 		if i < 0 {
 			// Timed out: answer with what there is now (new data may have
 			// arrived between the last read and the wait).
-			resp, _, _, _ = s.fetchOnce(req)
+			resp, _, _, _ = s.fetchOnce(c, req)
 			return resp, nil
 		}
 		if p := tails[i]; p != nil && s.cfg.Tier != nil {
@@ -103,7 +108,7 @@ var maxFetchWait = 30 * time.Second // a variable for tests
 // append between the read and the wait is missed) of partitions that could
 // still grow, with, for each channel, the partition log it belongs to if the
 // read there was a local one (a tail read), else nil.
-func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-chan struct{}, []*log.Partition) {
+func (s *Server) fetchOnce(c *conn, req *kmsg.FetchRequest) (*fetchResponse, int64, []<-chan struct{}, []*log.Partition) {
 	resp := &fetchResponse{FetchResponse: req.ResponseKind().(*kmsg.FetchResponse)}
 	var total, coldBytes int64
 	var waitOn []<-chan struct{}
@@ -124,7 +129,11 @@ func (s *Server) fetchOnce(req *kmsg.FetchRequest) (*fetchResponse, int64, []<-c
 		if req.Version >= 13 {
 			if t = s.reg.getByID(rt.TopicID); t == nil {
 				code = kerr.UnknownTopicID.Code
+			} else if !c.allowed(opRead, resTopic, t.name) {
+				t, code = nil, kerr.TopicAuthorizationFailed.Code
 			}
+		} else if !c.allowed(opRead, resTopic, rt.Topic) {
+			code = kerr.TopicAuthorizationFailed.Code
 		} else if t = s.reg.get(rt.Topic); t == nil {
 			code = kerr.UnknownTopicOrPartition.Code
 		}

@@ -37,7 +37,7 @@ import (
 // Version notes:
 //   - v0: the answer is in OldStyleOffsets.
 //   - v4+: the leader epoch is the broker's current epoch.
-func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest) (kmsg.Response, error) {
+func (s *Server) handleListOffsets(c *conn, req *kmsg.ListOffsetsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
 	// One deadline for the request's reads from the bucket (uncached
 	// manifests, timestamp lookups), not one per partition.
@@ -48,10 +48,16 @@ func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest) (kmsg.Response,
 		st := kmsg.NewListOffsetsResponseTopic()
 		st.Topic = rt.Topic
 		t := s.reg.get(rt.Topic)
+		denied := !c.allowed(opDescribe, resTopic, rt.Topic)
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewListOffsetsResponseTopicPartition()
 			sp.Partition = rp.Partition
 			sp.Timestamp, sp.Offset, sp.LeaderEpoch = -1, -1, s.meta.m.LeaderEpoch
+			if denied {
+				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+				st.Partitions = append(st.Partitions, sp)
+				continue
+			}
 			var p *partition
 			if t != nil {
 				p = s.reg.partition(t, rp.Partition)

@@ -21,10 +21,18 @@ import (
 // Version notes:
 //   - v10+: topics may be asked for by id (UNKNOWN_TOPIC_ID if none).
 //   - v8+: authorized operations are not computed (-2147483648).
-func (s *Server) handleMetadata(req *kmsg.MetadataRequest) (kmsg.Response, error) {
+//
+// Listeners and ACLs:
+//   - The broker's endpoint is the advertised address of the listener the
+//     client connected to.
+//   - With ACLs, listing all topics leaves out those the principal may not
+//     DESCRIBE; a named one it may not describe is
+//     TOPIC_AUTHORIZATION_FAILED; auto-creation needs CREATE (on the
+//     cluster or the topic), else the topic is UNKNOWN_TOPIC_OR_PARTITION.
+func (s *Server) handleMetadata(c *conn, req *kmsg.MetadataRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.MetadataResponse)
 	b := kmsg.NewMetadataResponseBroker()
-	b.NodeID, b.Host, b.Port = s.meta.m.NodeID, s.host, s.port
+	b.NodeID, b.Host, b.Port = s.meta.m.NodeID, c.lis.host, c.lis.port
 	resp.Brokers = append(resp.Brokers, b)
 	resp.ClusterID = kmsg.StringPtr(s.meta.m.ClusterID)
 	resp.ControllerID = s.meta.m.NodeID
@@ -32,8 +40,11 @@ func (s *Server) handleMetadata(req *kmsg.MetadataRequest) (kmsg.Response, error
 
 	all := req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0)
 	if all {
+		z := s.sec.authz
 		for _, t := range s.reg.all() {
-			resp.Topics = append(resp.Topics, s.metadataTopic(t))
+			if z == nil || z.Authorize(c.principal, c.ip, opDescribe, resTopic, t.name) {
+				resp.Topics = append(resp.Topics, s.metadataTopic(t))
+			}
 		}
 		return resp, nil
 	}
@@ -42,16 +53,24 @@ func (s *Server) handleMetadata(req *kmsg.MetadataRequest) (kmsg.Response, error
 	for _, rt := range req.Topics {
 		var t *topic
 		if rt.Topic == nil {
-			if t = s.reg.getByID(rt.TopicID); t == nil {
+			if t = s.reg.getByID(rt.TopicID); t == nil || !c.allowed(opDescribe, resTopic, t.name) {
+				code := kerr.UnknownTopicID.Code
+				if t != nil {
+					code = kerr.TopicAuthorizationFailed.Code
+				}
 				mt := kmsg.NewMetadataResponseTopic()
-				mt.TopicID, mt.ErrorCode = rt.TopicID, kerr.UnknownTopicID.Code
+				mt.TopicID, mt.ErrorCode = rt.TopicID, code
 				mt.AuthorizedOperations = -2147483648
 				resp.Topics = append(resp.Topics, mt)
 				continue
 			}
 		} else {
 			var code int16
-			t, code = s.topicOrCreate(*rt.Topic, autoCreate, &creates)
+			if c.allowed(opDescribe, resTopic, *rt.Topic) {
+				t, code = s.topicOrCreate(*rt.Topic, autoCreate && c.mayCreateTopic(*rt.Topic), &creates)
+			} else {
+				code = kerr.TopicAuthorizationFailed.Code
+			}
 			if t == nil {
 				mt := kmsg.NewMetadataResponseTopic()
 				mt.Topic, mt.ErrorCode = rt.Topic, code

@@ -22,7 +22,7 @@ import (
 // Version notes:
 //   - v5+: the response carries the topic id, partition count, replication
 //     factor and the topic's configs.
-func (s *Server) handleCreateTopics(req *kmsg.CreateTopicsRequest) (kmsg.Response, error) {
+func (s *Server) handleCreateTopics(c *conn, req *kmsg.CreateTopicsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
 	seen := map[string]int{}
 	for _, rt := range req.Topics {
@@ -40,6 +40,10 @@ func (s *Server) handleCreateTopics(req *kmsg.CreateTopicsRequest) (kmsg.Respons
 		}
 		if seen[rt.Topic] > 1 {
 			fail(kerr.InvalidRequest.Code, "topic named more than once in the request")
+			continue
+		}
+		if !c.mayCreateTopic(rt.Topic) {
+			fail(kerr.TopicAuthorizationFailed.Code, "not authorized to create the topic")
 			continue
 		}
 		n := rt.NumPartitions

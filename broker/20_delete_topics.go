@@ -16,19 +16,22 @@ import (
 //
 // Version notes:
 //   - v6: topics by name or id (UNKNOWN_TOPIC_ID).
-func (s *Server) handleDeleteTopics(req *kmsg.DeleteTopicsRequest) (kmsg.Response, error) {
+func (s *Server) handleDeleteTopics(c *conn, req *kmsg.DeleteTopicsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.DeleteTopicsResponse)
 	del := func(name *string, id [16]byte) {
 		st := kmsg.NewDeleteTopicsResponseTopic()
 		st.Topic, st.TopicID = name, id
 		var t *topic
 		if name != nil {
-			t = s.reg.get(*name)
-			if t == nil {
+			if !c.allowed(opDelete, resTopic, *name) {
+				st.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			} else if t = s.reg.get(*name); t == nil {
 				st.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			}
 		} else if t = s.reg.getByID(id); t == nil {
 			st.ErrorCode = kerr.UnknownTopicID.Code
+		} else if !c.allowed(opDelete, resTopic, t.name) {
+			t, st.ErrorCode = nil, kerr.TopicAuthorizationFailed.Code
 		}
 		if t != nil {
 			st.Topic, st.TopicID = kmsg.StringPtr(t.name), t.id

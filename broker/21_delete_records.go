@@ -12,12 +12,13 @@ import (
 //     high watermark), durably; whole segments below it are deleted. An
 //     offset above the high watermark is OFFSET_OUT_OF_RANGE.
 //   - The response's low watermark is the new log start offset.
-func (s *Server) handleDeleteRecords(req *kmsg.DeleteRecordsRequest) (kmsg.Response, error) {
+func (s *Server) handleDeleteRecords(c *conn, req *kmsg.DeleteRecordsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.DeleteRecordsResponse)
 	for _, rt := range req.Topics {
 		st := kmsg.NewDeleteRecordsResponseTopic()
 		st.Topic = rt.Topic
 		t := s.reg.get(rt.Topic)
+		denied := !c.allowed(opDelete, resTopic, rt.Topic)
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewDeleteRecordsResponseTopicPartition()
 			sp.Partition, sp.LowWatermark = rp.Partition, -1
@@ -25,7 +26,9 @@ func (s *Server) handleDeleteRecords(req *kmsg.DeleteRecordsRequest) (kmsg.Respo
 			if t != nil {
 				p = s.reg.partition(t, rp.Partition)
 			}
-			if p == nil {
+			if denied {
+				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			} else if p == nil {
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			} else if lw, err := p.log.DeleteRecordsBefore(rp.Offset); err != nil {
 				sp.ErrorCode = s.errorCode(err)

@@ -17,11 +17,17 @@ import (
 //     new id.
 //   - Transactional ids are refused (transactions are not implemented):
 //     TRANSACTIONAL_ID_AUTHORIZATION_FAILED tells clients plainly.
-func (s *Server) handleInitProducerID(req *kmsg.InitProducerIDRequest) (kmsg.Response, error) {
+//   - With ACLs: IDEMPOTENT_WRITE on the cluster or WRITE on some topic
+//     (KIP-679), else CLUSTER_AUTHORIZATION_FAILED.
+func (s *Server) handleInitProducerID(c *conn, req *kmsg.InitProducerIDRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
 	if req.TransactionalID != nil {
 		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+		return resp, nil
+	}
+	if !c.mayWriteIdempotently() {
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 		return resp, nil
 	}
 	if req.ProducerID >= 0 && req.ProducerEpoch >= 0 && req.ProducerEpoch < math.MaxInt16-1 {

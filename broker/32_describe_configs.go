@@ -21,7 +21,7 @@ import (
 //     matter to clients, read-only.
 //   - Unknown topics: UNKNOWN_TOPIC_OR_PARTITION; other broker ids:
 //     INVALID_REQUEST.
-func (s *Server) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest) (kmsg.Response, error) {
+func (s *Server) handleDescribeConfigs(c *conn, req *kmsg.DescribeConfigsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
 	for _, rr := range req.Resources {
 		sr := kmsg.NewDescribeConfigsResponseResource()
@@ -29,6 +29,11 @@ func (s *Server) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest) (kmsg.R
 		want := map[string]bool{}
 		for _, n := range rr.ConfigNames {
 			want[n] = true
+		}
+		if code := c.configsDenied(rr.ResourceType, rr.ResourceName, opDescribeConfigs); code != 0 {
+			sr.ErrorCode = code
+			resp.Resources = append(resp.Resources, sr)
+			continue
 		}
 		switch rr.ResourceType {
 		case kmsg.ConfigResourceTypeTopic:

@@ -21,11 +21,16 @@ import (
 //     (INVALID_CONFIG); ValidateOnly stops there. Changes apply to the
 //     partitions at once (segment size, retention, max.message.bytes, ...).
 //   - Broker resources: INVALID_REQUEST (broker settings are flags).
-func (s *Server) handleAlterConfigs(req *kmsg.AlterConfigsRequest) (kmsg.Response, error) {
+func (s *Server) handleAlterConfigs(c *conn, req *kmsg.AlterConfigsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.AlterConfigsResponse)
 	for _, rr := range req.Resources {
 		sr := kmsg.NewAlterConfigsResponseResource()
 		sr.ResourceType, sr.ResourceName = rr.ResourceType, rr.ResourceName
+		if code := c.configsDenied(rr.ResourceType, rr.ResourceName, opAlterConfigs); code != 0 {
+			sr.ErrorCode = code
+			resp.Resources = append(resp.Resources, sr)
+			continue
+		}
 		configs := map[string]string{}
 		for _, c := range rr.Configs {
 			if c.Value != nil {
@@ -40,11 +45,16 @@ func (s *Server) handleAlterConfigs(req *kmsg.AlterConfigsRequest) (kmsg.Respons
 	return resp, nil
 }
 
-func (s *Server) handleIncrementalAlterConfigs(req *kmsg.IncrementalAlterConfigsRequest) (kmsg.Response, error) {
+func (s *Server) handleIncrementalAlterConfigs(c *conn, req *kmsg.IncrementalAlterConfigsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
 	for _, rr := range req.Resources {
 		sr := kmsg.NewIncrementalAlterConfigsResponseResource()
 		sr.ResourceType, sr.ResourceName = rr.ResourceType, rr.ResourceName
+		if code := c.configsDenied(rr.ResourceType, rr.ResourceName, opAlterConfigs); code != 0 {
+			sr.ErrorCode = code
+			resp.Resources = append(resp.Resources, sr)
+			continue
+		}
 		sr.ErrorCode, sr.ErrorMessage = s.applyConfigs(rr.ResourceType, rr.ResourceName, func(cur map[string]string) (map[string]string, error) {
 			for _, c := range rr.Configs {
 				switch c.Op {

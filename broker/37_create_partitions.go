@@ -11,13 +11,15 @@ import (
 //   - Grows a topic to Count partitions (INVALID_PARTITIONS if not larger);
 //     an assignment may only name this broker (INVALID_REPLICA_ASSIGNMENT).
 //     ValidateOnly checks without creating.
-func (s *Server) handleCreatePartitions(req *kmsg.CreatePartitionsRequest) (kmsg.Response, error) {
+func (s *Server) handleCreatePartitions(c *conn, req *kmsg.CreatePartitionsRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)
 	for _, rt := range req.Topics {
 		st := kmsg.NewCreatePartitionsResponseTopic()
 		st.Topic = rt.Topic
 		t := s.reg.get(rt.Topic)
 		switch {
+		case !c.allowed(opAlter, resTopic, rt.Topic):
+			st.ErrorCode = kerr.TopicAuthorizationFailed.Code
 		case t == nil:
 			st.ErrorCode = kerr.UnknownTopicOrPartition.Code
 		case !s.createAssignmentIsSelf(rt.Assignment):

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/synapsebroker/synapse/auth"
 	"github.com/synapsebroker/synapse/log"
 	"github.com/synapsebroker/synapse/protocol"
 	"github.com/synapsebroker/synapse/tiering"
@@ -84,6 +85,32 @@ type Config struct {
 	// ProducerIDExpiration is producer.id.expiration.ms (default 1 day):
 	// a partition forgets an idempotent producer idle that long.
 	ProducerIDExpiration time.Duration
+	// SASLMechanisms are what SASL listeners offer: PLAIN, SCRAM-SHA-256,
+	// SCRAM-SHA-512, OAUTHBEARER (Kafka's sasl.enabled.mechanisms).
+	SASLMechanisms []string
+	// OAuth validates OAUTHBEARER tokens (required with OAUTHBEARER).
+	OAuth *auth.OAuthValidator
+	// SASLSessionLifetime is Kafka's connections.max.reauth.ms: a SASL
+	// connection that outlives it without re-authenticating (KIP-368) is
+	// closed; 0 means no limit.
+	SASLSessionLifetime time.Duration
+	// FailedAuthDelay delays the answer to a failed authentication
+	// (connection.failed.authentication.delay.ms, default 100 ms; negative:
+	// none).
+	FailedAuthDelay time.Duration
+	// Authorize turns ACL authorization on (Kafka's authorizer.class.name).
+	Authorize bool
+	// SuperUsers bypass ACLs ("User:alice"; Kafka's super.users).
+	SuperUsers []string
+	// AllowEveryoneIfNoACL allows access to a resource no ACL matches
+	// (allow.everyone.if.no.acl.found; default false).
+	AllowEveryoneIfNoACL bool
+	// AdminPassword, if set, creates the super user "admin" (SCRAM-SHA-256
+	// and -512, which PLAIN checks too) when it has no credentials yet.
+	AdminPassword string
+	// AuditLogger receives authentications, ACL denials and changes to
+	// users and ACLs; nil means Logger's "audit" child.
+	AuditLogger *zap.Logger
 	// Logger receives the broker's logs; nil means none.
 	Logger *zap.Logger
 	// FS replaces the file system of the log store (tests).
@@ -131,6 +158,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.OrphanSweepInterval <= 0 {
 		c.OrphanSweepInterval = time.Hour
+	}
+	if c.FailedAuthDelay == 0 {
+		c.FailedAuthDelay = 100 * time.Millisecond
 	}
 	if c.ProducerIDExpiration <= 0 {
 		c.ProducerIDExpiration = 24 * time.Hour

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
+	"github.com/synapsebroker/synapse/auth"
 	"github.com/synapsebroker/synapse/protocol"
 	"github.com/synapsebroker/synapse/tiering"
 )
@@ -25,9 +26,21 @@ import (
 // while a request is in flight).
 type conn struct {
 	s    *Server
-	nc   net.Conn
+	raw  net.Conn // the accepted connection (Close goes here)
+	nc   net.Conn // what requests are read from: raw, or TLS over it
 	br   *bufio.Reader
 	host string // "/" + the client's IP, as Kafka shows it in DescribeGroups
+	ip   string // the client's IP, as ACLs name hosts
+	lis  *listener
+
+	// Authentication (sasl.go); only the serving goroutine touches these.
+	principal  string       // "User:ANONYMOUS" until authenticated
+	authed     bool         // any request may be served (SASL done, or none on this listener)
+	mech       string       // the mechanism of the last handshake
+	session    auth.Session // the SASL exchange under way, if any
+	rawSASL    bool         // after a v0 handshake: the next frames are bare SASL tokens
+	expires    time.Time    // end of the SASL session (KIP-368); zero: none
+	closeAfter bool         // close once the current response is written (failed authentication)
 
 	frame   []byte // request buffer, reused while small
 	out     []byte // response buffer, reused while small
@@ -46,12 +59,13 @@ type conn struct {
 // pin a 100 MiB produce request.
 const keepBufferBelow = 1 << 20
 
-func newConn(s *Server, nc net.Conn) *conn {
+func newConn(s *Server, nc net.Conn, lis *listener) *conn {
 	host := nc.RemoteAddr().String()
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	return &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), host: "/" + host}
+	return &conn{s: s, raw: nc, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), host: "/" + host, ip: host,
+		lis: lis, principal: auth.Anonymous, authed: !lis.usesSASL()}
 }
 
 // closeIfIdle closes the connection now if it is between requests; a busy
@@ -61,7 +75,7 @@ func (c *conn) closeIfIdle() {
 	defer c.mu.Unlock()
 	if !c.busy && !c.closed {
 		c.closed = true
-		c.nc.Close()
+		c.raw.Close()
 	}
 }
 
@@ -81,7 +95,7 @@ func (c *conn) serve() {
 		c.mu.Lock()
 		c.closed = true
 		c.mu.Unlock()
-		c.nc.Close()
+		c.raw.Close()
 	}()
 	log := c.s.logger
 	defer func() {
@@ -93,14 +107,20 @@ func (c *conn) serve() {
 				zap.Any("panic", r), zap.Stack("stack"))
 		}
 	}()
+	if c.lis.usesTLS() {
+		if err := c.startTLS(); err != nil {
+			log.Debug("TLS handshake failed: closing connection", zap.Stringer("remote", c.raw.RemoteAddr()), zap.Error(err))
+			return
+		}
+	}
 	for !c.s.shutting.Load() {
-		c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
+		c.nc.SetReadDeadline(c.readDeadline())
 		var frame []byte
 		var err error
 		if c.partial != nil { // a pipelined frame whose rest had not arrived
 			frame, err = c.finishPartial()
 		} else {
-			frame, err = protocol.ReadFrame(c.br, c.frame[:0], c.s.cfg.MaxFrameSize)
+			frame, err = protocol.ReadFrame(c.br, c.frame[:0], c.maxFrame())
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
@@ -111,6 +131,19 @@ func (c *conn) serve() {
 		read := time.Now()
 		if !c.setBusy(true) {
 			return
+		}
+		if c.rawSASL {
+			// After a v0 SaslHandshake the client sends bare SASL tokens,
+			// each answered with a bare token.
+			if err := c.rawSASLToken(frame); err != nil {
+				log.Debug("closing connection", zap.Stringer("remote", c.nc.RemoteAddr()), zap.Error(err))
+				return
+			}
+			c.frame = frame[:0]
+			if !c.setBusy(false) {
+				return
+			}
+			continue
 		}
 		resp, corr, err := c.handleFrame(frame)
 		if err != nil {
@@ -140,6 +173,9 @@ func (c *conn) serve() {
 				log.Debug("write response", zap.Stringer("remote", c.nc.RemoteAddr()), zap.Error(err))
 				return
 			}
+		}
+		if c.closeAfter {
+			return
 		}
 		if cap(c.out) > keepBufferBelow {
 			c.out = nil
@@ -256,7 +292,7 @@ func (c *conn) readFrameWithin(d time.Duration) ([]byte, error) {
 	c.br.Discard(4)
 	c.nc.SetReadDeadline(time.Now().Add(d))
 	buf, err := readGrowing(c.br, c.spare[:0], size)
-	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
+	c.nc.SetReadDeadline(c.readDeadline())
 	if cap(buf) <= keepSpareBelow {
 		c.spare = buf[:0]
 	}
@@ -322,6 +358,9 @@ func (c *conn) handleFrame(frame []byte) (resp kmsg.Response, corr int32, err er
 		return nil, 0, err
 	}
 	corr = req.CorrelationID
+	if err := c.admit(req.Key); err != nil {
+		return nil, 0, err
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			c.s.logger.Error("handler panic", zap.String("api", kmsg.NameForKey(req.Key)), zap.Int16("version", req.Version),

@@ -1,8 +1,6 @@
 package broker
 
 import (
-	"fmt"
-
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/synapsebroker/synapse/protocol"
@@ -20,62 +18,57 @@ func (s *Server) dispatch(c *conn, req *protocol.Request) (kmsg.Response, error)
 	}
 	switch b := req.Body.(type) {
 	case *kmsg.ProduceRequest:
-		return s.handleProduce(b)
+		return s.handleProduce(c, b)
 	case *kmsg.FetchRequest:
-		return s.handleFetch(b)
+		return s.handleFetch(c, b)
 	case *kmsg.ListOffsetsRequest:
-		return s.handleListOffsets(b)
+		return s.handleListOffsets(c, b)
 	case *kmsg.MetadataRequest:
-		return s.handleMetadata(b)
+		return s.handleMetadata(c, b)
 	case *kmsg.ApiVersionsRequest:
 		return s.handleApiVersions(b)
+	case *kmsg.SASLHandshakeRequest:
+		return s.handleSaslHandshake(c, b)
+	case *kmsg.SASLAuthenticateRequest:
+		return s.handleSaslAuthenticate(c, b)
 	case *kmsg.CreateTopicsRequest:
-		return s.handleCreateTopics(b)
+		return s.handleCreateTopics(c, b)
 	case *kmsg.DeleteTopicsRequest:
-		return s.handleDeleteTopics(b)
+		return s.handleDeleteTopics(c, b)
 	case *kmsg.InitProducerIDRequest:
-		return s.handleInitProducerID(b)
+		return s.handleInitProducerID(c, b)
 	case *kmsg.DeleteRecordsRequest:
-		return s.handleDeleteRecords(b)
+		return s.handleDeleteRecords(c, b)
 	case *kmsg.DescribeConfigsRequest:
-		return s.handleDescribeConfigs(b)
+		return s.handleDescribeConfigs(c, b)
 	case *kmsg.AlterConfigsRequest:
-		return s.handleAlterConfigs(b)
+		return s.handleAlterConfigs(c, b)
 	case *kmsg.IncrementalAlterConfigsRequest:
-		return s.handleIncrementalAlterConfigs(b)
+		return s.handleIncrementalAlterConfigs(c, b)
 	case *kmsg.CreatePartitionsRequest:
-		return s.handleCreatePartitions(b)
+		return s.handleCreatePartitions(c, b)
 	case *kmsg.DescribeClusterRequest:
-		return s.handleDescribeCluster(b)
+		return s.handleDescribeCluster(c, b)
+	case *kmsg.DescribeACLsRequest:
+		return s.handleDescribeACLs(c, b)
+	case *kmsg.CreateACLsRequest:
+		return s.handleCreateACLs(c, b)
+	case *kmsg.DeleteACLsRequest:
+		return s.handleDeleteACLs(c, b)
+	case *kmsg.DescribeUserSCRAMCredentialsRequest:
+		return s.handleDescribeUserSCRAMCredentials(c, b)
+	case *kmsg.AlterUserSCRAMCredentialsRequest:
+		return s.handleAlterUserSCRAMCredentials(c, b)
 	case *kmsg.FindCoordinatorRequest:
-		return s.handleFindCoordinator(b)
-	case *kmsg.JoinGroupRequest:
-		return s.groups.JoinGroup(s.ctx, b, s.clientOf(c, req.ClientID)), nil
-	case *kmsg.SyncGroupRequest:
-		return s.groups.SyncGroup(s.ctx, b), nil
-	case *kmsg.HeartbeatRequest:
-		return s.groups.Heartbeat(b), nil
-	case *kmsg.LeaveGroupRequest:
-		return s.groups.LeaveGroup(b), nil
-	case *kmsg.OffsetCommitRequest:
-		return s.groups.OffsetCommit(b), nil
-	case *kmsg.OffsetFetchRequest:
-		return s.groups.OffsetFetch(b), nil
-	case *kmsg.OffsetDeleteRequest:
-		return s.groups.OffsetDelete(b), nil
-	case *kmsg.DescribeGroupsRequest:
-		return s.groups.DescribeGroups(b), nil
-	case *kmsg.ListGroupsRequest:
-		return s.groups.ListGroups(b), nil
-	case *kmsg.DeleteGroupsRequest:
-		return s.groups.DeleteGroups(b), nil
+		return s.handleFindCoordinator(c, b)
+	default:
+		return s.dispatchGroup(c, req)
 	}
-	return nil, fmt.Errorf("no handler for %s", kmsg.NameForKey(req.Key))
 }
 
 // handled lists the keys dispatch serves, for the test that the version
 // table and the handlers agree.
-var handled = []int16{0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 21, 22, 32, 33, 37, 42, 44, 47, 60}
+var handled = []int16{0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 29, 30, 31, 32, 33, 36, 37, 42, 44, 47, 50, 51, 60}
 
 // errorResponse builds the response to req with code in every error field
 // a client checks, for a request whose handler failed (panicked). nil means

@@ -147,25 +147,32 @@ func (s *Server) clientOf(c *conn, req string) group.Client {
 //
 // Version notes:
 //   - v4+: batched keys, one answer each.
-func (s *Server) handleFindCoordinator(req *kmsg.FindCoordinatorRequest) (kmsg.Response, error) {
+//   - With ACLs: DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) or the
+//     transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
+func (s *Server) handleFindCoordinator(c *conn, req *kmsg.FindCoordinatorRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
-	code := int16(0)
-	var msg *string
-	if req.CoordinatorType != 0 && req.CoordinatorType != 1 {
-		code = kerr.InvalidRequest.Code
-		msg = kmsg.StringPtr(fmt.Sprintf("unsupported coordinator key type %d", req.CoordinatorType))
-	}
-	nodeID, host, port := s.meta.m.NodeID, s.host, s.port
-	if code != 0 {
-		nodeID, host, port = -1, "", -1
+	answer := func(key string) (code int16, msg *string, nodeID int32, host string, port int32) {
+		switch {
+		case req.CoordinatorType != 0 && req.CoordinatorType != 1:
+			code = kerr.InvalidRequest.Code
+			msg = kmsg.StringPtr(fmt.Sprintf("unsupported coordinator key type %d", req.CoordinatorType))
+		case req.CoordinatorType == 0 && !c.allowed(opDescribe, resGroup, key):
+			code = kerr.GroupAuthorizationFailed.Code
+		case req.CoordinatorType == 1 && !c.allowed(opDescribe, resTxnID, key):
+			code = kerr.TransactionalIDAuthorizationFailed.Code
+		default:
+			return 0, nil, s.meta.m.NodeID, c.lis.host, c.lis.port
+		}
+		return code, msg, -1, "", -1
 	}
 	if req.Version < 4 {
-		resp.ErrorCode, resp.ErrorMessage, resp.NodeID, resp.Host, resp.Port = code, msg, nodeID, host, port
+		resp.ErrorCode, resp.ErrorMessage, resp.NodeID, resp.Host, resp.Port = answer(req.CoordinatorKey)
 		return resp, nil
 	}
 	for _, k := range req.CoordinatorKeys {
 		rc := kmsg.NewFindCoordinatorResponseCoordinator()
-		rc.Key, rc.ErrorCode, rc.ErrorMessage, rc.NodeID, rc.Host, rc.Port = k, code, msg, nodeID, host, port
+		rc.Key = k
+		rc.ErrorCode, rc.ErrorMessage, rc.NodeID, rc.Host, rc.Port = answer(k)
 		resp.Coordinators = append(resp.Coordinators, rc)
 	}
 	return resp, nil

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -44,8 +45,7 @@ type Server struct {
 	topicsChanges  uint64 // saves so far (topicsMu)
 	topicsMirrored uint64 // topicsChanges last copied to the bucket (topicsMu)
 
-	host string
-	port int32
+	sec *security // users, ACLs, SASL mechanisms (security.go)
 
 	ctx    context.Context // cancelled on shutdown: ends long polls
 	cancel context.CancelFunc
@@ -152,11 +152,16 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	if cfg.AdvertisedAddr != "" {
-		if s.host, s.port, err = hostPort(cfg.AdvertisedAddr); err != nil {
+		if _, _, err = hostPort(cfg.AdvertisedAddr); err != nil {
 			close(s.maintDone) // maintain never ran: let Close proceed
 			s.Close()
 			return nil, err
 		}
+	}
+	if s.sec, err = s.openSecurity(); err != nil {
+		close(s.maintDone) // maintain never ran: let Close proceed
+		s.Close()
+		return nil, err
 	}
 	go s.maintain()
 	return s, nil
@@ -168,21 +173,26 @@ func (s *Server) ClusterID() string { return s.meta.m.ClusterID }
 // Ready reports whether the server is serving and not shutting down.
 func (s *Server) Ready() bool { return s.serving.Load() && !s.shutting.Load() }
 
-// Serve accepts connections on ln until Shutdown. If no advertised address
-// was configured, the listener's address is advertised.
+// Serve accepts plaintext connections on ln until Shutdown, advertising
+// Config.AdvertisedAddr (default: the listener's address).
 func (s *Server) Serve(ln net.Listener) error {
+	return s.ServeListener(ln, Listener{Name: Plaintext, Protocol: Plaintext, Advertised: s.cfg.AdvertisedAddr})
+}
+
+// ServeListener accepts connections on ln until Shutdown with l's security
+// protocol; Metadata answers its clients with l's advertised address.
+func (s *Server) ServeListener(ln net.Listener, l Listener) error {
 	if s.shutting.Load() {
 		return ErrServerClosed
 	}
-	s.mu.Lock()
-	if s.port == 0 {
-		h, p, err := hostPort(ln.Addr().String())
-		if err != nil {
-			s.mu.Unlock()
-			return err
-		}
-		s.host, s.port = h, p
+	lis, err := newListener(l, ln)
+	if err != nil {
+		return err
 	}
+	if lis.usesSASL() && len(s.cfg.SASLMechanisms) == 0 {
+		return fmt.Errorf("broker: listener %s is %s but no SASL mechanism is enabled", lis.Name, lis.Protocol)
+	}
+	s.mu.Lock()
 	s.listeners[ln] = struct{}{}
 	s.mu.Unlock()
 	s.serving.Store(true)
@@ -210,7 +220,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			nc.Close()
 			continue
 		}
-		c := newConn(s, nc)
+		c := newConn(s, nc, lis)
 		s.conns[c] = struct{}{}
 		s.connWG.Add(1)
 		s.mu.Unlock()
@@ -249,7 +259,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = ctx.Err()
 		s.mu.Lock()
 		for c := range s.conns {
-			c.nc.Close()
+			c.raw.Close()
 		}
 		s.mu.Unlock()
 		<-done
@@ -258,6 +268,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-s.maintDone // no upload in flight: offloadAll owns the manifests now
 		s.offloadAll(ctx)
 		s.mirrorTopics(ctx)
+		s.mirrorSecurity(ctx)
 		if s.groups != nil {
 			s.mirrorGroups(ctx)
 		}
@@ -334,6 +345,7 @@ func (s *Server) maintain() {
 		now := s.cfg.Now()
 		if s.cfg.Tier != nil {
 			s.mirrorTopics(s.ctx)
+			s.mirrorSecurity(s.ctx)
 		}
 		s.maintainGroups(now)
 		s.checkDiskBudget()

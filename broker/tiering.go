@@ -269,6 +269,11 @@ func restoreFromTier(ctx context.Context, dataDir string, t *tiering.Tier, logge
 	if err != nil {
 		return false, fmt.Errorf("broker: restore: read %s from the tiered store: %w", metaKey, err)
 	}
+	// Users and ACLs before topics.json: once that is written this is no
+	// longer an empty data directory, and they would not be looked for.
+	if err := restoreSecurityFiles(ctx, dataDir, t, logger); err != nil {
+		return false, err
+	}
 	// The marker first: until every partition is rebased (rebaseRestored),
 	// each start finishes the restore, and only then do bucket errors stop
 	// the start.

@@ -198,9 +198,22 @@ type synapseBroker struct {
 	starts  int
 
 	advertise string // advertised address if not the listener's (capture proxy)
+
+	// Secure brokers (secure_harness_test.go): --listeners replaces
+	// --listen / --advertised-addr; extra flags and environment.
+	listeners string
+	extraArgs []string
+	extraEnv  []string
 }
 
 func startSynapse(t testing.TB, bin string) *synapseBroker {
+	t.Helper()
+	return startSynapseWith(t, bin, nil)
+}
+
+// startSynapseWith is startSynapse with setup run on the broker before its
+// first start (secure brokers set their listeners and flags there).
+func startSynapseWith(t testing.TB, bin string, setup func(b *synapseBroker)) *synapseBroker {
 	t.Helper()
 	ports := freePorts(t, 2)
 	dir := t.TempDir()
@@ -221,6 +234,9 @@ func startSynapse(t testing.TB, bin string) *synapseBroker {
 			b.logFile.Close()
 		}
 	})
+	if setup != nil {
+		setup(b)
+	}
 	b.Start(t)
 	return b
 }
@@ -231,10 +247,11 @@ func (b *synapseBroker) Addr() string { return net.JoinHostPort("127.0.0.1", str
 
 // args is the exact command line the harness runs; README.md lists it.
 func (b *synapseBroker) args() []string {
-	return []string{
-		"serve",
-		"--listen", b.Addr(),
-		"--advertised-addr", cmp.Or(b.advertise, b.Addr()),
+	listen := []string{"--listen", b.Addr(), "--advertised-addr", cmp.Or(b.advertise, b.Addr())}
+	if b.listeners != "" {
+		listen = []string{"--listeners", b.listeners}
+	}
+	return append(append([]string{"serve"}, listen...), append([]string{
 		"--data-dir", b.dataDir,
 		"--http-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(b.httpPort)),
 		"--log-level", "warn",
@@ -243,7 +260,7 @@ func (b *synapseBroker) args() []string {
 		// fast and can have a member evicted in seconds.
 		"--group-initial-rebalance-delay", "0s",
 		"--group-min-session-timeout", "1s",
-	}
+	}, b.extraArgs...)...)
 }
 
 func (b *synapseBroker) Start(t testing.TB) {
@@ -267,7 +284,7 @@ func (b *synapseBroker) Start(t testing.TB) {
 	cmd := exec.Command(b.bin, args...)
 	cmd.Stdout = b.logFile
 	cmd.Stderr = b.logFile
-	cmd.Env = os.Environ()
+	cmd.Env = append(os.Environ(), b.extraEnv...)
 	if err := cmd.Start(); err != nil {
 		b.mu.Unlock()
 		t.Fatalf("start %s: %v", b.bin, err)

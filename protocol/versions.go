@@ -25,17 +25,24 @@ var versions = []VersionRange{
 	{Key: 14, Min: 0, Max: 5}, // SyncGroup
 	{Key: 15, Min: 0, Max: 5}, // DescribeGroups
 	{Key: 16, Min: 0, Max: 5}, // ListGroups
+	{Key: 17, Min: 0, Max: 1}, // SaslHandshake
 	{Key: 18, Min: 0, Max: 4}, // ApiVersions
 	{Key: 19, Min: 0, Max: 7}, // CreateTopics
 	{Key: 20, Min: 0, Max: 6}, // DeleteTopics
 	{Key: 21, Min: 0, Max: 2}, // DeleteRecords
 	{Key: 22, Min: 0, Max: 5}, // InitProducerID
+	{Key: 29, Min: 0, Max: 3}, // DescribeAcls
+	{Key: 30, Min: 0, Max: 3}, // CreateAcls
+	{Key: 31, Min: 0, Max: 3}, // DeleteAcls
 	{Key: 32, Min: 0, Max: 4}, // DescribeConfigs
 	{Key: 33, Min: 0, Max: 2}, // AlterConfigs
+	{Key: 36, Min: 0, Max: 2}, // SaslAuthenticate
 	{Key: 37, Min: 0, Max: 3}, // CreatePartitions
 	{Key: 42, Min: 0, Max: 2}, // DeleteGroups
 	{Key: 44, Min: 0, Max: 1}, // IncrementalAlterConfigs
 	{Key: 47, Min: 0, Max: 0}, // OffsetDelete
+	{Key: 50, Min: 0, Max: 0}, // DescribeUserScramCredentials
+	{Key: 51, Min: 0, Max: 0}, // AlterUserScramCredentials
 	{Key: 60, Min: 0, Max: 1}, // DescribeCluster
 }
 

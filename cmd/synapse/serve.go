@@ -58,12 +58,14 @@ type serveOptions struct {
 	groupMaxSession      time.Duration
 	offsetsRetention     time.Duration
 	producerIDExpiration time.Duration
+	sec                  securityOptions
 }
 
 func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.dataDir, "data-dir", "./data", "directory holding topics and partition logs (created if missing)")
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:9092", "address of the Kafka protocol listener (host:port)")
-	fs.StringVar(&o.advertisedAddr, "advertised-addr", "", "host:port clients are told to connect to (default: the listener's address)")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:9092", "address of the one PLAINTEXT Kafka listener (host:port); see --listeners for several")
+	fs.StringVar(&o.advertisedAddr, "advertised-addr", "", "host:port clients of --listen are told to connect to (default: the listener's address)")
+	o.sec.AddFlags(fs)
 	fs.StringVar(&o.httpListen, "http-listen", "127.0.0.1:8080", "address of the HTTP side port (/healthz, /readyz, /metrics, /status); empty (on the command line) disables it")
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiler under /debug/pprof/ on the HTTP side port (anyone who reaches the port can profile the process)")
 	fs.BoolVar(&o.autoCreateTopics, "auto-create-topics", true, "create unknown topics on Metadata and Produce")
@@ -133,6 +135,7 @@ func (o *serveOptions) validate() error {
 	if o.producerIDExpiration <= 0 {
 		errs = append(errs, fmt.Errorf("--producer-id-expiration %s: must be positive", o.producerIDExpiration))
 	}
+	errs = append(errs, o.sec.validate()...)
 	if o.fsyncInterval < 0 {
 		errs = append(errs, fmt.Errorf("--fsync-interval %s: must not be negative", o.fsyncInterval))
 	}
@@ -183,27 +186,30 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return fmt.Errorf("create data directory: %w", err)
 	}
-	ln, err := net.Listen("tcp", o.listen)
+	specs, err := o.listenerSpecs(cmd.Flags().Changed("listen"), cmd.Flags().Changed("advertised-addr"), logger)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return err
 	}
-	defer ln.Close() // Shutdown closes it too, unless it stops before Serve starts
-	advertised := o.advertisedAddr
-	if advertised == "" {
-		advertised = ln.Addr().String()
-		if host, port, err := net.SplitHostPort(advertised); err == nil {
-			if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-				// A wildcard is no address to connect to: Kafka advertises
-				// the host's name then.
-				name, err := os.Hostname()
-				if err != nil || name == "" {
-					name = "localhost"
-				}
-				advertised = net.JoinHostPort(name, port)
-				logger.Warn("listening on all addresses without --advertised-addr: advertising the host name, which clients must be able to resolve", zap.String("advertised", advertised))
-			}
+	var lns []net.Listener
+	closeAll := func() {
+		for _, ln := range lns {
+			ln.Close()
 		}
 	}
+	defer closeAll() // Shutdown closes them too, unless it stops before Serve starts
+	for i := range specs {
+		ln, err := net.Listen("tcp", specs[i].addr)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", specs[i].l.Name, err)
+		}
+		lns = append(lns, ln)
+		if specs[i].l.Advertised == "" {
+			// A wildcard is no address to connect to: Kafka advertises
+			// the host's name then.
+			specs[i].l.Advertised = advertisedFor(ln, logger)
+		}
+	}
+	ln, advertised := lns[0], specs[0].l.Advertised
 	policy := "durable"
 	if o.fsyncInterval > 0 {
 		policy = "interval " + o.fsyncInterval.String()
@@ -214,7 +220,6 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 	}
 	store, err := tiering.OpenURL(ctx, tierURL)
 	if err != nil {
-		ln.Close()
 		return err
 	}
 	var tier *tiering.Tier
@@ -226,13 +231,12 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 		tier.SetTailGuard(o.tierTailGuard)
 		if o.tierDiskCache > 0 {
 			if err := tier.SetDiskCache(filepath.Join(dataDir, "tier-cache"), o.tierDiskCache); err != nil {
-				ln.Close()
 				return fmt.Errorf("tier disk cache: %w", err)
 			}
 		}
 	}
 	start := time.Now()
-	srv, err := broker.New(broker.Config{
+	bcfg := broker.Config{
 		Tier:                    tier,
 		MaintenanceInterval:     o.maintenance,
 		LocalDiskBudget:         o.diskBudget,
@@ -254,16 +258,20 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 		GroupMaxSessionTimeout:     o.groupMaxSession,
 		OffsetsRetention:           o.offsetsRetention,
 		ProducerIDExpiration:       o.producerIDExpiration,
-	})
+	}
+	closeAudit, err := o.securityConfig(&bcfg, specs, logger)
 	if err != nil {
-		ln.Close()
+		return err
+	}
+	defer closeAudit()
+	srv, err := broker.New(bcfg)
+	if err != nil {
 		return err
 	}
 	var hs *http.Server
 	if o.httpListen != "" {
 		hln, err := net.Listen("tcp", o.httpListen)
 		if err != nil {
-			ln.Close()
 			srv.Close()
 			return fmt.Errorf("http listen: %w", err)
 		}
@@ -274,6 +282,9 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 		zap.String("version", currentBuildInfo().Version),
 		zap.String("listen", ln.Addr().String()),
 		zap.String("advertised", advertised),
+		zap.Strings("listeners", listenerNames(specs, lns)),
+		zap.Strings("sasl_mechanisms", bcfg.SASLMechanisms),
+		zap.String("authorizer", o.sec.authorizer),
 		zap.String("http", o.httpListen),
 		zap.String("cluster_id", srv.ClusterID()),
 		zap.String("data_dir", dataDir),
@@ -281,8 +292,10 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 		zap.String("tier", tierURL),
 		zap.Duration("startup", time.Since(start)))
 
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	served := make(chan error, len(lns))
+	for i, ln := range lns {
+		go func() { served <- srv.ServeListener(ln, specs[i].l) }()
+	}
 	select {
 	case <-ctx.Done():
 		logger.Info("shutting down", zap.String("cause", context.Cause(ctx).Error()))
@@ -343,4 +356,13 @@ func healthHandler(srv *broker.Server, withPprof bool) http.Handler {
 		fmt.Fprintln(w, "ready")
 	})
 	return mux
+}
+
+// listenerNames is what the "serving" log line shows of each listener.
+func listenerNames(specs []listenerSpec, lns []net.Listener) []string {
+	var out []string
+	for i, sp := range specs {
+		out = append(out, fmt.Sprintf("%s://%s (advertised %s)", sp.l.Name, lns[i].Addr(), sp.l.Advertised))
+	}
+	return out
 }
