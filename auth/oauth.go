@@ -128,7 +128,7 @@ func NewOAuthValidator(cfg OAuthConfig) (*OAuthValidator, error) {
 func (v *OAuthValidator) hasJWKS() bool { return v.cfg.JWKSFile != "" || v.cfg.JWKSURL != "" }
 
 // tokenErr is a token's failure: "invalid_token: <reason>", the reason safe
-// to show the client (nothing of the configuration).
+// to show the client (about the token; no key, no expected iss or aud).
 func tokenErr(format string, args ...any) error {
 	return fmt.Errorf("invalid_token: "+format, args...)
 }
@@ -149,7 +149,6 @@ func (v *OAuthValidator) Validate(token string) (principal string, expiry time.T
 // jwsHeader is what routing a token needs from its header.
 type jwsHeader struct {
 	Alg  string          `json:"alg"`
-	Kid  string          `json:"kid"`
 	Crit json.RawMessage `json:"crit"`
 }
 

@@ -30,12 +30,15 @@ var (
 	descBackoffs    = prometheus.NewDesc("synapse_tier_cold_backoffs_total", "Times the tail guard lowered the cold-read rate.", nil, nil)
 	descGroups      = prometheus.NewDesc("synapse_groups", "Consumer groups by state.", []string{"state"}, nil)
 	descMembers     = prometheus.NewDesc("synapse_group_members", "Members of all consumer groups.", nil, nil)
+	descAuthOK      = prometheus.NewDesc("synapse_sasl_authentications_total", "Successful SASL authentications, by mechanism.", []string{"mechanism"}, nil)
+	descAuthFailed  = prometheus.NewDesc("synapse_sasl_authentication_failures_total", "Failed SASL authentications, by mechanism.", []string{"mechanism"}, nil)
+	descDenied      = prometheus.NewDesc("synapse_acl_denied_total", "Resources of requests refused by ACLs.", nil, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConns, descPartitions, descLocalBytes, descUpBytes, descUpSegs,
 		descDownBytes, descCacheHits, descCacheMisses, descTierErrors, descLagBytes, descLagSegs, descColdRate, descTailLate, descBackoffs,
-		descGroups, descMembers} {
+		descGroups, descMembers, descAuthOK, descAuthFailed, descDenied} {
 		ch <- d
 	}
 }
@@ -65,6 +68,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descGroups, prometheus.GaugeValue, float64(byState[st]), st)
 	}
 	gauge(descMembers, float64(members))
+	for _, m := range saslMechanisms {
+		ch <- prometheus.MustNewConstMetric(descAuthOK, prometheus.CounterValue, float64(s.sec.authOK[m].Load()), m)
+		ch <- prometheus.MustNewConstMetric(descAuthFailed, prometheus.CounterValue, float64(s.sec.authFailed[m].Load()), m)
+	}
+	counter(descDenied, s.sec.denied.Load())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if st, ok := s.TierStatus(ctx); ok {

@@ -160,7 +160,7 @@ func restoreSecurityFiles(ctx context.Context, dataDir string, t *tiering.Tier, 
 		if err != nil {
 			return fmt.Errorf("broker: restore: read %s from the tiered store: %w", f.key, err)
 		}
-		if err := log.WriteFileAtomic(log.OSFS, path, b); err != nil {
+		if err := log.WriteFileAtomicPerm(log.OSFS, path, b, 0o600); err != nil {
 			return err
 		}
 		logger.Info("restored from the tiered store", zap.String("file", f.name), zap.Int("bytes", len(b)))
@@ -173,7 +173,7 @@ func restoreSecurityFiles(ctx context.Context, dataDir string, t *tiering.Tier, 
 func (s *Server) persistSecurity(name string, m *securityMirror) func([]byte) error {
 	path := filepath.Join(s.cfg.DataDir, name)
 	return func(b []byte) error {
-		if err := log.WriteFileAtomic(log.OSFS, path, b); err != nil {
+		if err := log.WriteFileAtomicPerm(log.OSFS, path, b, 0o600); err != nil {
 			return err
 		}
 		if s.cfg.Tier != nil {

@@ -1,6 +1,7 @@
 package log
 
 import (
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -102,8 +103,18 @@ func (osFS) SyncDir(dir string) error {
 // rename, fsync(dir). After it returns nil the new contents survive a crash;
 // before that either the old or the new contents are visible, never a mix.
 func WriteFileAtomic(fs FS, name string, data []byte) error {
+	return WriteFileAtomicPerm(fs, name, data, 0o644)
+}
+
+// WriteFileAtomicPerm is WriteFileAtomic creating the file with perm (0o600
+// for credentials): a temporary file left by a crash is removed first, so
+// it never keeps wider permissions.
+func WriteFileAtomicPerm(fs FS, name string, data []byte, perm os.FileMode) error {
 	tmp := name + ".tmp"
-	f, err := fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err := fs.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	f, err := fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
 		return err
 	}

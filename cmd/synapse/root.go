@@ -52,6 +52,7 @@ func newRootCommand() *cobra.Command {
 		newInspectCommand(),
 		newVersionCommand(),
 		newBenchCommand(),
+		newUserCommand(),
 	)
 	return cmd
 }
