@@ -13,10 +13,10 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 # Packages that `make test` runs with the race detector. Add new packages
 # (./protocol/... ./broker/... ./tiering/...) here as they land.
-CORE_PKGS ?= ./log/... ./protocol/... ./broker/... ./group/... ./tiering/... ./cmd/...
+CORE_PKGS ?= ./log/... ./protocol/... ./auth/... ./broker/... ./group/... ./tiering/... ./cmd/...
 
 # Fuzzing: every Fuzz* target of FUZZ_PKGS runs for FUZZTIME, one after another.
-FUZZ_PKGS ?= ./log/ ./protocol/ ./group
+FUZZ_PKGS ?= ./log/ ./protocol/ ./group ./auth
 FUZZTIME ?= 30s
 
 # Tools live outside the clone so a fresh clone (CI) reuses them.

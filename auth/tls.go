@@ -25,7 +25,7 @@ type TLSFiles struct {
 
 // tlsCheckEvery is how often a handshake looks at the files' modification
 // times; a change is picked up by the next handshake after it.
-const tlsCheckEvery = time.Second
+var tlsCheckEvery = time.Second // a variable for tests
 
 // TLSConfig serves the certificate and client CAs of files, reloading them
 // when a file changes (no restart). A reload that fails (a half-written

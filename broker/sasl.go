@@ -22,15 +22,16 @@ import (
 // admit lets only ApiVersions, SaslHandshake and SaslAuthenticate through
 // until the exchange succeeds, with frames capped at preAuthMaxFrame.
 
-const (
+// preAuthMaxFrame caps requests before authentication (Kafka's
+// sasl.server.max.receive.size).
+const preAuthMaxFrame = 512 << 10
+
+var (
 	// tlsHandshakeTimeout bounds a TLS handshake (a client that never
-	// finishes one holds nothing past it).
+	// finishes one holds nothing past it). A variable for tests.
 	tlsHandshakeTimeout = 10 * time.Second
-	// preAuthMaxFrame caps requests before authentication (Kafka's
-	// sasl.server.max.receive.size).
-	preAuthMaxFrame = 512 << 10
 	// preAuthTimeout bounds how long a SASL connection may stay
-	// unauthenticated between two requests.
+	// unauthenticated between two requests. A variable for tests.
 	preAuthTimeout = 30 * time.Second
 )
 

@@ -262,17 +262,17 @@ func restoreFromTier(ctx context.Context, dataDir string, t *tiering.Tier, logge
 	if _, err := os.Stat(filepath.Join(dataDir, topicsFile)); err == nil {
 		return false, nil
 	}
+	// Users and ACLs before topics.json: once that is written this is no
+	// longer an empty data directory, and they would not be looked for.
+	if err := restoreSecurityFiles(ctx, dataDir, t, logger); err != nil {
+		return false, err
+	}
 	b, err := t.Store().GetRange(ctx, metaKey, 0, -1)
 	if errors.Is(err, tiering.ErrNotFound) {
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("broker: restore: read %s from the tiered store: %w", metaKey, err)
-	}
-	// Users and ACLs before topics.json: once that is written this is no
-	// longer an empty data directory, and they would not be looked for.
-	if err := restoreSecurityFiles(ctx, dataDir, t, logger); err != nil {
-		return false, err
 	}
 	// The marker first: until every partition is rebased (rebaseRestored),
 	// each start finishes the restore, and only then do bucket errors stop

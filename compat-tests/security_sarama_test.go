@@ -66,6 +66,7 @@ func saramaSecureConfig(sb *secureBroker, mech sarama.SASLMechanism, user, passw
 	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
 	cfg.Consumer.Offsets.AutoCommit.Enable = false
 	cfg.Consumer.Group.Rebalance.Retry.Max = 1
+	cfg.Consumer.Group.Rebalance.Retry.Backoff = 200 * time.Millisecond
 	if mech != "" {
 		cfg.Net.SASL.Enable = true
 		cfg.Net.SASL.Mechanism = mech
@@ -126,9 +127,7 @@ func TestSecuritySarama(t *testing.T) {
 				}
 			}
 			sb.grantClient(t, c.principal, topic, group)
-			// roTopic: READ and DESCRIBE, no WRITE; roGroup: no ACL.
-			sb.allow(t, kadm.NewACLs().Allow(c.principal).Topics(roTopic).
-				Operations(kadm.OpRead, kadm.OpDescribe).ResourcePatternType(kadm.ACLPatternLiteral))
+			sb.denyWriteAndGroupRead(t, c.principal, roTopic, roGroup)
 
 			t.Run("produce_consume_group", func(t *testing.T) {
 				want := []string{"one", "two", "three"}
@@ -158,6 +157,21 @@ func TestSecuritySarama(t *testing.T) {
 					}
 				})
 			}
+			if c.bad == nil {
+				// The same TLS listener without the client certificate
+				// is User:ANONYMOUS, which has no ACL on topic.
+				t.Run("no_client_cert", func(t *testing.T) {
+					p, err := sarama.NewSyncProducer([]string{c.addr}, saramaSecureConfig(sb, "", "", "", true, false))
+					if err != nil {
+						t.Fatalf("sarama.NewSyncProducer: %v", err)
+					}
+					defer p.Close()
+					_, _, err = p.SendMessage(&sarama.ProducerMessage{Topic: topic, Value: sarama.StringEncoder("anonymous")})
+					if !errors.Is(err, sarama.ErrTopicAuthorizationFailed) {
+						t.Fatalf("produce without a client certificate: %v, want TOPIC_AUTHORIZATION_FAILED", err)
+					}
+				})
+			}
 			t.Run("no_write", func(t *testing.T) {
 				p, err := sarama.NewSyncProducer([]string{c.addr}, c.good)
 				if err != nil {
@@ -172,11 +186,23 @@ func TestSecuritySarama(t *testing.T) {
 			t.Run("no_group_read", func(t *testing.T) {
 				err := saramaSecureGroupErr(t, ctx, c.addr, c.good, roTopic, roGroup)
 				if !errors.Is(err, sarama.ErrGroupAuthorizationFailed) {
-					t.Fatalf("consumer group without an ACL on the group: %v, want GROUP_AUTHORIZATION_FAILED", err)
+					t.Fatalf("consumer group without READ on the group: %v, want GROUP_AUTHORIZATION_FAILED", err)
 				}
 			})
 		})
 	}
+}
+
+// denyWriteAndGroupRead sets up the refusals every client test checks:
+// principal may READ and DESCRIBE topic but not WRITE it, and may
+// DESCRIBE group (so FindCoordinator answers) but not READ it (so
+// JoinGroup is refused).
+func (sb *secureBroker) denyWriteAndGroupRead(t testing.TB, principal, topic, group string) {
+	t.Helper()
+	sb.allow(t, kadm.NewACLs().Allow(principal).Topics(topic).
+		Operations(kadm.OpRead, kadm.OpDescribe).ResourcePatternType(kadm.ACLPatternLiteral))
+	sb.allow(t, kadm.NewACLs().Allow(principal).Groups(group).
+		Operations(kadm.OpDescribe).ResourcePatternType(kadm.ACLPatternLiteral))
 }
 
 func saramaSecureProduce(t testing.TB, ctx context.Context, addr string, cfg *sarama.Config, topic string, values []string) {

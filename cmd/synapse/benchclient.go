@@ -47,6 +47,7 @@ type clientBenchOptions struct {
 	payload     string
 	jsonOut     bool
 	progress    time.Duration
+	sec         clientSecurity
 }
 
 func (o *clientBenchOptions) addCommon(fs *pflag.FlagSet, records int64, duration time.Duration) {
@@ -57,6 +58,7 @@ func (o *clientBenchOptions) addCommon(fs *pflag.FlagSet, records int64, duratio
 	fs.DurationVar(&o.duration, "duration", duration, "stop after this long")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the result as one JSON object")
 	fs.DurationVar(&o.progress, "progress", time.Second, "progress line interval on stderr (0: none)")
+	o.sec.addFlags(fs, "")
 }
 
 func (o *clientBenchOptions) addProduce(fs *pflag.FlagSet, rate float64) {
@@ -88,15 +90,25 @@ func (r *benchResult) finish(elapsed time.Duration, h *latencyHist) {
 		r.RecordsPerSec = float64(r.Records) / r.Seconds
 		r.MBPerSec = float64(r.Bytes) / 1e6 / r.Seconds
 	}
-	if h != nil && h.n > 0 {
-		r.LatencyMs = map[string]float64{}
-		for _, q := range []struct {
-			name string
-			q    float64
-		}{{"p50", 0.50}, {"p90", 0.90}, {"p99", 0.99}, {"p999", 0.999}, {"max", 1}} {
-			r.LatencyMs[q.name] = float64(h.quantile(q.q)) / 1e3
-		}
+	if h != nil {
+		r.LatencyMs = h.quantilesMs()
 	}
+}
+
+// quantilesMs are p50, p90, p99, p999 and max in milliseconds; nil when
+// nothing was recorded.
+func (h *latencyHist) quantilesMs() map[string]float64 {
+	if h.n == 0 {
+		return nil
+	}
+	m := map[string]float64{}
+	for _, q := range []struct {
+		name string
+		q    float64
+	}{{"p50", 0.50}, {"p90", 0.90}, {"p99", 0.99}, {"p999", 0.999}, {"max", 1}} {
+		m[q.name] = float64(h.quantile(q.q)) / 1e3
+	}
+	return m
 }
 
 func (r *benchResult) print(w io.Writer, asJSON bool) error {
@@ -186,14 +198,27 @@ func compressionCodec(name string) (kgo.CompressionCodec, error) {
 
 func (o *clientBenchOptions) seeds() []string { return strings.Split(o.brokers, ",") }
 
+// clientOpts are the options of every client: the seeds, then TLS and SASL
+// as the flags ask.
+func (o *clientBenchOptions) clientOpts(more ...kgo.Opt) ([]kgo.Opt, error) {
+	sec, err := o.sec.kgoOpts()
+	if err != nil {
+		return nil, err
+	}
+	return append(append([]kgo.Opt{kgo.SeedBrokers(o.seeds()...)}, sec...), more...), nil
+}
+
 func (o *clientBenchOptions) producerOpts() ([]kgo.Opt, error) {
 	codec, err := compressionCodec(o.compression)
 	if err != nil {
 		return nil, err
 	}
-	opts := []kgo.Opt{kgo.SeedBrokers(o.seeds()...), kgo.DefaultProduceTopic(o.topic), kgo.ProducerBatchCompression(codec),
+	opts, err := o.clientOpts(kgo.DefaultProduceTopic(o.topic), kgo.ProducerBatchCompression(codec),
 		kgo.ProducerLinger(o.linger), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
-		kgo.ProducerBatchMaxBytes(1 << 20), kgo.MaxBufferedRecords(100_000)}
+		kgo.ProducerBatchMaxBytes(1<<20), kgo.MaxBufferedRecords(100_000))
+	if err != nil {
+		return nil, err
+	}
 	switch o.acks {
 	case "all", "-1":
 		opts = append(opts, kgo.RequiredAcks(kgo.AllISRAcks()))
@@ -212,7 +237,11 @@ func (o *clientBenchOptions) producerOpts() ([]kgo.Opt, error) {
 
 // ensureTopic creates the topic if it does not exist.
 func (o *clientBenchOptions) ensureTopic(ctx context.Context) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(o.seeds()...))
+	opts, err := o.clientOpts()
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
 	}
@@ -352,8 +381,12 @@ func runProduce(ctx context.Context, o *clientBenchOptions, stderr io.Writer) (*
 func runConsume(ctx context.Context, o *clientBenchOptions, stderr io.Writer) (*benchResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(o.seeds()...), kgo.ConsumeTopics(o.topic),
+	opts, err := o.clientOpts(kgo.ConsumeTopics(o.topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(16<<20))
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -407,8 +440,12 @@ func runE2E(ctx context.Context, o *clientBenchOptions, stderr io.Writer) (*benc
 		return nil, err
 	}
 	defer pr.Close()
-	cons, err := kgo.NewClient(kgo.SeedBrokers(o.seeds()...), kgo.ConsumeTopics(o.topic),
+	copts, err := o.clientOpts(kgo.ConsumeTopics(o.topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchMaxWait(time.Second))
+	if err != nil {
+		return nil, err
+	}
+	cons, err := kgo.NewClient(copts...)
 	if err != nil {
 		return nil, err
 	}
@@ -515,7 +552,7 @@ func newBenchClientCommands() []*cobra.Command {
 	} {
 		cmds = append(cmds, newBenchClientCommand(sp))
 	}
-	return cmds
+	return append(cmds, newBenchAuthCommand())
 }
 
 func newBenchClientCommand(sp benchClientSpec) *cobra.Command {
