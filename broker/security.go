@@ -211,3 +211,25 @@ func (s *Server) mirrorSecurity(ctx context.Context) {
 		m.mu.Unlock()
 	}
 }
+
+// Secured reports whether clients authenticate (a SASL mechanism is
+// enabled) or are authorized (ACLs): the HTTP side port then asks for a
+// login on whatever it serves beyond health and metrics.
+func (s *Server) Secured() bool { return len(s.cfg.SASLMechanisms) > 0 || s.cfg.Authorize }
+
+// CheckLogin reports whether user and password are a valid login (checked
+// as PLAIN is, against the SCRAM credentials) of a principal that may
+// DESCRIBE the cluster. For the HTTP side port's Basic authentication.
+func (s *Server) CheckLogin(user, password string) bool {
+	ok := s.sec.users.CheckPlain(user, password)
+	principal := "User:" + user
+	if ok && s.sec.authz != nil {
+		ok = s.sec.authz.Authorize(principal, "*", opDescribe, resCluster, clusterName)
+	}
+	if !ok {
+		s.sec.audit.Warn("authentication failed", zap.String("event", "authentication_failed"), zap.String("mechanism", "HTTP Basic"))
+		return false
+	}
+	s.sec.audit.Info("authenticated", zap.String("event", "authentication"), zap.String("mechanism", "HTTP Basic"), zap.String("principal", principal))
+	return true
+}

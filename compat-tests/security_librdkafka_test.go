@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"sort"
@@ -407,6 +408,9 @@ func kcatSecure(ctx context.Context, bin string, props map[string]string, stdin 
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	if d := os.Getenv("KCAT_DEBUG"); d != "" {
+		full = append(full, "-d", d)
+	}
 	cmd := exec.CommandContext(cctx, bin, append(full, args...)...)
 	cmd.Stdin = strings.NewReader(stdin)
 	cmd.WaitDelay = 5 * time.Second

@@ -239,9 +239,6 @@ func runAuth(ctx context.Context, o *authBenchOptions, stderr io.Writer) (*authR
 				var err error
 				buf, err = authOnce(ctx, seeds[int(n)%len(seeds)], tlsCfg, mech, o.apiVersions, o.timeout, buf)
 				if err != nil {
-					if ctx.Err() != nil {
-						return // cut short by the end of the run
-					}
 					if failed.Add(1) == 1 {
 						firstErr.Store(&err)
 					}
@@ -273,7 +270,8 @@ func authOnce(ctx context.Context, addr string, tlsCfg *tls.Config, mech sasl.Me
 	if err != nil {
 		return buf, err
 	}
-	dctx, cancel := context.WithTimeout(ctx, timeout)
+	// Bounded by timeout alone: one in flight when the run ends finishes.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	var nc net.Conn
 	if tlsCfg != nil {
@@ -314,7 +312,7 @@ func authOnce(ctx context.Context, addr string, tlsCfg *tls.Config, mech sasl.Me
 	if err := kerr.ErrorForCode(hsResp.ErrorCode); err != nil {
 		return c.buf, fmt.Errorf("SaslHandshake %s: %w (broker offers %v)", mech.Name(), err, hsResp.SupportedMechanisms)
 	}
-	session, msg, err := mech.Authenticate(ctx, addr)
+	session, msg, err := mech.Authenticate(dctx, addr)
 	if err != nil {
 		return c.buf, err
 	}

@@ -327,7 +327,22 @@ func healthHandler(srv *broker.Server, withPprof bool) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(srv.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/status", func(w http.ResponseWriter, r *http.Request) {
+	// With SASL or ACLs on, what goes beyond health and metrics asks for a
+	// login of the broker's users (HTTP Basic, checked as PLAIN is).
+	login := func(h http.HandlerFunc) http.HandlerFunc {
+		if !srv.Secured() {
+			return h
+		}
+		return func(w http.ResponseWriter, r *http.Request) {
+			if u, p, ok := r.BasicAuth(); ok && srv.CheckLogin(u, p) {
+				h(w, r)
+				return
+			}
+			w.Header().Set("WWW-Authenticate", `Basic realm="synapse"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+		}
+	}
+	mux.HandleFunc("/status", login(func(w http.ResponseWriter, r *http.Request) {
 		out := map[string]any{"ready": srv.Ready(), "cluster_id": srv.ClusterID()}
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second) // as /metrics: a bucket away does not hang it
 		st, ok := srv.TierStatus(ctx)
@@ -337,16 +352,16 @@ func healthHandler(srv *broker.Server, withPprof bool) http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(out)
-	})
+	}))
 	if withPprof {
 		// Go's profiler, for operators chasing CPU or latency: off unless
 		// asked for (--pprof), as the side port may be widened for
 		// /metrics.
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/", login(pprof.Index))
+		mux.HandleFunc("/debug/pprof/profile", login(pprof.Profile))
+		mux.HandleFunc("/debug/pprof/trace", login(pprof.Trace))
+		mux.HandleFunc("/debug/pprof/symbol", login(pprof.Symbol))
+		mux.HandleFunc("/debug/pprof/cmdline", login(pprof.Cmdline))
 	}
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !srv.Ready() {
