@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -73,6 +74,9 @@ func rdkCases(sb *secureBroker, user, password string) []rdkCase {
 			good: rdkSecureProps(sb, c.protocol, c.mech, user, password, false),
 			bad:  rdkSecureProps(sb, c.protocol, c.mech, user, password+"-wrong", false),
 		})
+		// The failures it is told to expect are logged by librdkafka at
+		// error level (3) on stderr; keep them out of the test output.
+		cases[len(cases)-1].bad["log_level"] = "2"
 	}
 	return append(cases, rdkCase{name: "mTLS/SSL", principal: mtlsPrincipal,
 		good: rdkSecureProps(sb, "SSL", "", "", "", true)})
@@ -305,13 +309,27 @@ func confluentFirstError(t testing.TB, ctx context.Context, props map[string]str
 func TestSecurityKcat(t *testing.T) {
 	bin := kcatPath(t)
 	sb := startSecureSynapse(t)
-	if out, err := exec.Command(bin, "-V").CombinedOutput(); err == nil {
-		t.Logf("%s", bytes.TrimSpace(out))
-	}
 	sb.createUser(t, "kcat", "kcat-secret")
+	version := kcatLibrdkafka(t, bin)
 	for _, c := range rdkCases(sb, "kcat", "kcat-secret") {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := testCtx(t, 90*time.Second)
+			if strings.HasPrefix(c.good["sasl.mechanisms"], "SCRAM-") && versionBefore(version, 2, 6, 1) {
+				// librdkafka before 2.6.1 repeats its own nonce in the
+				// SCRAM client-final message (r=c-nonce + c-nonce s-nonce;
+				// confluentinc/librdkafka#4895). RFC 5802 §5.1 and Apache
+				// Kafka 4.x (ScramSaslServer: nonce().equals) refuse it;
+				// Kafka 3.8.1-3.9.x accepted it (endsWith). Run the case
+				// if this broker takes it, skip it (not fail) if not.
+				if out, err := kcatSecure(ctx, bin, c.good, "", "-L", "-m", "5"); err != nil {
+					if !strings.Contains(out, "SASL authentication error") {
+						t.Fatalf("kcat -L: %v\n%s", err, out)
+					}
+					t.Skipf("librdkafka %s cannot authenticate with %s to a broker that checks the SCRAM nonce exactly "+
+						"(client bug fixed in librdkafka 2.6.1, confluentinc/librdkafka#4895; TestSecurityConfluent covers SCRAM on a fixed librdkafka)",
+						version, c.good["sasl.mechanisms"])
+				}
+			}
 			topic := uniqueTopic(t)
 			group, roTopic, roGroup := topic+"-g", topic+"-ro", topic+"-ro-g"
 			setupSecureTopics(t, ctx, sb, c.principal, topic, group, roTopic, roGroup)
@@ -388,6 +406,29 @@ func TestSecurityKcat(t *testing.T) {
 	}
 }
 
+// kcatLibrdkafka is the librdkafka version kcat -V reports ("2.0.2").
+func kcatLibrdkafka(t testing.TB, bin string) string {
+	t.Helper()
+	out, err := exec.Command(bin, "-V").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kcat -V: %v\n%s", err, out)
+	}
+	t.Logf("%s", bytes.TrimSpace(out))
+	m := regexp.MustCompile(`librdkafka (\d+\.\d+\.\d+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("kcat -V names no librdkafka version:\n%s", out)
+	}
+	return string(m[1])
+}
+
+// versionBefore reports whether the dotted version v is below
+// major.minor.patch.
+func versionBefore(v string, major, minor, patch int) bool {
+	var a, b, c int
+	fmt.Sscanf(v, "%d.%d.%d", &a, &b, &c)
+	return a < major || a == major && (b < minor || b == minor && c < patch)
+}
+
 // kcatSecure runs kcat with props (as -X) and args, stdin as its input,
 // and returns its combined output. It stops at the first line of kcat's
 // output naming an error for consumers (-C), which otherwise retry; ctx
@@ -408,7 +449,7 @@ func kcatSecure(ctx context.Context, bin string, props map[string]string, stdin 
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if d := os.Getenv("KCAT_DEBUG"); d != "" {
+	if d := os.Getenv("KCAT_DEBUG"); d != "" { // e.g. security,protocol: librdkafka's -d
 		full = append(full, "-d", d)
 	}
 	cmd := exec.CommandContext(cctx, bin, append(full, args...)...)

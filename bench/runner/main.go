@@ -6,8 +6,11 @@
 // medians, min–max and the Synapse/reference ratio, with the brokers' CPU
 // time per MB and resident memory read from /proc. A blackhole broker
 // (kfake acknowledging produce without storing) calibrates the machine's
-// ceiling. The machine is shared and noisy: nothing here is a pass/fail
-// gate; the "goal" column only says whether a figure met the issue's goal.
+// ceiling. A security block (Synapse only) compares its PLAINTEXT, SSL and
+// SASL_PLAINTEXT listeners on one broker and measures SCRAM authentication
+// of new connections under produce load. The machine is shared and noisy:
+// nothing here is a pass/fail gate; the "goal" column only says whether a
+// figure met the issue's goal.
 package main
 
 import (
@@ -34,6 +37,14 @@ type options struct {
 	rounds         int
 	p1Records      int64
 	e2eDuration    time.Duration
+
+	secRounds      int // < 0: as rounds; 0: no security block
+	secOnly        bool
+	secRecords     int64
+	secDuration    time.Duration
+	authRate       float64
+	authDialers    int
+	authMaxDialers int
 }
 
 func main() {
@@ -43,7 +54,17 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds (each runs both brokers, order alternating A B B A)")
 	flag.Int64Var(&o.p1Records, "p1-records", 1_000_000, "records of P1 (1 KiB each)")
 	flag.DurationVar(&o.e2eDuration, "e2e-duration", 20*time.Second, "duration of E1 and D1's end-to-end run")
+	flag.IntVar(&o.secRounds, "security-rounds", -1, "rounds of the security block (-1: as -rounds; 0: skip it)")
+	flag.BoolVar(&o.secOnly, "security-only", false, "run only the security block")
+	flag.Int64Var(&o.secRecords, "security-records", 500_000, "records (1 KiB) of the security block's produce and consume runs")
+	flag.DurationVar(&o.secDuration, "security-duration", 5*time.Second, "duration of the security block's e2e and auth runs")
+	flag.Float64Var(&o.authRate, "auth-rate", 1000, "new SCRAM connections per second of the auth load under produce")
+	flag.IntVar(&o.authDialers, "auth-dialers", 8, "concurrent dialers of the auth load")
+	flag.IntVar(&o.authMaxDialers, "auth-max-dialers", 16, "concurrent dialers of the as-fast-as-possible auth run")
 	flag.Parse()
+	if o.secRounds < 0 {
+		o.secRounds = o.rounds
+	}
 	start := time.Now()
 	r := &runner{o: o, samples: map[string]map[string][]float64{}}
 	if err := r.run(); err != nil {
@@ -71,19 +92,35 @@ type target struct {
 	name string
 	bin  string
 	args func(addr, dir string) []string
+	env  []string // added to the broker's environment
 }
 
 func (r *runner) targets() (synapse, kfake, kfakeSync, blackhole target) {
 	synapse = target{"synapse", r.o.synapse, func(addr, dir string) []string {
 		return []string{"serve", "--listen", addr, "--advertised-addr", addr, "--data-dir", dir, "--http-listen", "", "--log-level", "warn"}
-	}}
-	kfake = target{"kfake", r.o.kfake, func(addr, dir string) []string { return []string{"--listen", addr, "--data-dir", dir} }}
-	kfakeSync = target{"kfake-sync", r.o.kfake, func(addr, dir string) []string { return []string{"--listen", addr, "--data-dir", dir, "--sync"} }}
-	blackhole = target{"blackhole", r.o.kfake, func(addr, _ string) []string { return []string{"--listen", addr, "--blackhole"} }}
+	}, nil}
+	kfake = target{"kfake", r.o.kfake, func(addr, dir string) []string { return []string{"--listen", addr, "--data-dir", dir} }, nil}
+	kfakeSync = target{"kfake-sync", r.o.kfake, func(addr, dir string) []string { return []string{"--listen", addr, "--data-dir", dir, "--sync"} }, nil}
+	blackhole = target{"blackhole", r.o.kfake, func(addr, _ string) []string { return []string{"--listen", addr, "--blackhole"} }, nil}
 	return
 }
 
 func (r *runner) run() error {
+	if !r.o.secOnly {
+		if err := r.sideBySide(); err != nil {
+			return err
+		}
+	}
+	for round := 0; round < r.o.secRounds; round++ {
+		fmt.Fprintf(os.Stderr, "security round %d/%d\n", round+1, r.o.secRounds)
+		if err := r.securitySlot(round); err != nil {
+			return fmt.Errorf("security: %w", err)
+		}
+	}
+	return nil
+}
+
+func (r *runner) sideBySide() error {
 	syn, kf, kfs, bh := r.targets()
 	for round := 0; round < r.o.rounds; round++ {
 		order := []target{syn, kf}
@@ -129,6 +166,9 @@ func freeAddr() (string, error) {
 func start(t target, addr, dir string) (*broker, time.Duration, error) {
 	b := &broker{t: t, addr: addr, dir: dir, log: &bytes.Buffer{}}
 	b.cmd = exec.Command(t.bin, t.args(addr, dir)...)
+	if t.env != nil {
+		b.cmd.Env = append(os.Environ(), t.env...)
+	}
 	b.cmd.Stdout, b.cmd.Stderr = io.Discard, b.log
 	t0 := time.Now()
 	if err := b.cmd.Start(); err != nil {
@@ -229,8 +269,17 @@ type result struct {
 // client runs `synapse bench <args>` against b, returning its result and
 // the broker CPU it cost.
 func (r *runner) client(b *broker, args ...string) (result, time.Duration, error) {
+	return r.clientAt(b, b.addr, nil, args...)
+}
+
+// clientAt is client against the listener at addr, with env added to the
+// client's environment.
+func (r *runner) clientAt(b *broker, addr string, env []string, args ...string) (result, time.Duration, error) {
 	c0 := cpu(b.pid())
-	cmd := exec.Command(r.o.synapse, append(append([]string{"bench"}, args...), "--brokers", b.addr, "--json", "--progress", "0")...)
+	cmd := exec.Command(r.o.synapse, append(append([]string{"bench"}, args...), "--brokers", addr, "--json", "--progress", "0")...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -444,6 +493,16 @@ func (r *runner) report(w io.Writer, took time.Duration) {
 	host, _ := os.Hostname()
 	fmt.Fprintf(w, "\n`make bench` side by side, %s, %d CPUs, %s, host %s, %d rounds (A B B A), %s in all.\n",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), host, r.o.rounds, took.Round(time.Second))
+	if !r.o.secOnly {
+		r.reportSideBySide(w)
+	}
+	if r.o.secRounds > 0 {
+		r.reportSecurity(w)
+	}
+	fmt.Fprintf(w, "Broker binaries: %s, %s.\n", filepath.Base(r.o.synapse), filepath.Base(r.o.kfake))
+}
+
+func (r *runner) reportSideBySide(w io.Writer) {
 	fmt.Fprintf(w, "Synapse in its default durable mode (fsync before ack, group commit; local file tier); kfake persisting to its data directory through the page cache.\n\n")
 	fmt.Fprintln(w, "| workload | Synapse median (min–max) | kfake median (min–max) | Synapse/kfake | goal | met |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")
@@ -476,5 +535,4 @@ func (r *runner) report(w io.Writer, took time.Duration) {
 	}
 	bh := r.samples["P1 produce MB/s"]["blackhole"]
 	fmt.Fprintf(w, "\nCalibration: P1 against a blackhole broker (kfake acknowledging without storing): %s MB/s — this client's ceiling on this machine.\n", span(bh))
-	fmt.Fprintf(w, "Broker binaries: %s, %s.\n", filepath.Base(r.o.synapse), filepath.Base(r.o.kfake))
 }
