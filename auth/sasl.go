@@ -120,6 +120,7 @@ type scramSession struct {
 	conv      *scram.ServerConversation
 	state     sessionState
 	principal string
+	compat    scramTranscript // for old librdkafka's client-final (scram_compat.go)
 }
 
 // NewScram serves SCRAM-SHA-256 or SCRAM-SHA-512 (RFC 5802, 7677) with
@@ -138,16 +139,17 @@ func NewScram(u *Users, mechanism string) (Session, error) {
 	if u == nil {
 		u = &Users{}
 	}
-	srv, err := hg.NewServer(func(user string) (scram.StoredCredentials, error) {
+	lookup := func(user string) scram.StoredCredentials {
 		if c, ok := u.Lookup(user, mechanism); ok {
-			return c, nil
+			return c
 		}
-		return u.standIn(user, mechanism), nil
-	})
+		return u.standIn(user, mechanism)
+	}
+	srv, err := hg.NewServer(func(user string) (scram.StoredCredentials, error) { return lookup(user), nil })
 	if err != nil {
 		return nil, err
 	}
-	return &scramSession{conv: srv.NewConversation()}, nil
+	return &scramSession{conv: srv.NewConversation(), compat: scramTranscript{hash: hg, cred: lookup}}, nil
 }
 
 func (s *scramSession) Step(in []byte) ([]byte, bool, error) {
@@ -169,12 +171,17 @@ func (s *scramSession) Step(in []byte) ([]byte, bool, error) {
 			return nil, false, errZidMismatch
 		}
 		s.state = stateMid
+		s.compat.clientFirst, s.compat.serverFirst = string(in), reply
 		return []byte(reply), false, nil
 	case stateMid:
 		reply, err := s.conv.Step(string(in))
 		if err != nil || !s.conv.Valid() {
 			if reply == scram.ErrInvalidProof {
 				return nil, false, errInvalidCreds
+			}
+			if compat, ok := s.compat.compatFinal(s.conv.Username(), string(in)); ok {
+				s.state, s.principal = stateDone, "User:"+s.conv.Username()
+				return []byte(compat), true, nil
 			}
 			return nil, false, errScramMalform
 		}

@@ -120,14 +120,7 @@ func TestSecuritySarama(t *testing.T) {
 			topic := uniqueTopic(t)
 			group := topic + "-g"
 			roTopic, roGroup := topic+"-ro", topic+"-ro-g"
-			adm := sb.adm(t)
-			for _, tp := range []string{topic, roTopic} {
-				if _, err := adm.CreateTopic(ctx, 1, 1, nil, tp); err != nil {
-					t.Fatalf("create %s: %v", tp, err)
-				}
-			}
-			sb.grantClient(t, c.principal, topic, group)
-			sb.denyWriteAndGroupRead(t, c.principal, roTopic, roGroup)
+			setupSecureTopics(t, ctx, sb, c.principal, topic, group, roTopic, roGroup)
 
 			t.Run("produce_consume_group", func(t *testing.T) {
 				want := []string{"one", "two", "three"}
@@ -136,14 +129,7 @@ func TestSecuritySarama(t *testing.T) {
 				if fmt.Sprint(got) != fmt.Sprint(want) {
 					t.Fatalf("consumed %q, want %q", got, want)
 				}
-				// The group's commit went through: admin sees offset 3.
-				offs, err := adm.FetchOffsets(ctx, group)
-				if err != nil {
-					t.Fatalf("FetchOffsets %s: %v", group, err)
-				}
-				if o, ok := offs.Lookup(topic, 0); !ok || o.At != int64(len(want)) {
-					t.Fatalf("committed offset of %s: %+v (found %v), want %d", group, o, ok, len(want))
-				}
+				checkCommitted(t, ctx, sb, group, topic, int64(len(want)))
 			})
 			if c.bad != nil {
 				t.Run("wrong_password", func(t *testing.T) {
@@ -203,6 +189,33 @@ func (sb *secureBroker) denyWriteAndGroupRead(t testing.TB, principal, topic, gr
 		Operations(kadm.OpRead, kadm.OpDescribe).ResourcePatternType(kadm.ACLPatternLiteral))
 	sb.allow(t, kadm.NewACLs().Allow(principal).Groups(group).
 		Operations(kadm.OpDescribe).ResourcePatternType(kadm.ACLPatternLiteral))
+}
+
+// setupSecureTopics creates topic and roTopic as admin and grants
+// principal a client's ACLs on topic and group, and only READ/DESCRIBE on
+// roTopic and DESCRIBE on roGroup.
+func setupSecureTopics(t testing.TB, ctx context.Context, sb *secureBroker, principal, topic, group, roTopic, roGroup string) {
+	t.Helper()
+	adm := sb.adm(t)
+	for _, tp := range []string{topic, roTopic} {
+		if _, err := adm.CreateTopic(ctx, 1, 1, nil, tp); err != nil {
+			t.Fatalf("create %s: %v", tp, err)
+		}
+	}
+	sb.grantClient(t, principal, topic, group)
+	sb.denyWriteAndGroupRead(t, principal, roTopic, roGroup)
+}
+
+// checkCommitted checks that group committed offset want on topic p0.
+func checkCommitted(t testing.TB, ctx context.Context, sb *secureBroker, group, topic string, want int64) {
+	t.Helper()
+	offs, err := sb.adm(t).FetchOffsets(ctx, group)
+	if err != nil {
+		t.Fatalf("FetchOffsets %s: %v", group, err)
+	}
+	if o, ok := offs.Lookup(topic, 0); !ok || o.At != want {
+		t.Fatalf("committed offset of %s on %s: %+v (found %v), want %d", group, topic, o, ok, want)
+	}
 }
 
 func saramaSecureProduce(t testing.TB, ctx context.Context, addr string, cfg *sarama.Config, topic string, values []string) {
