@@ -25,7 +25,7 @@ TOOLS_BIN ?= $(HOME)/.cache/synapse-tools/bin
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(TOOLS_BIN)/staticcheck
 
-.PHONY: help run build tools lint test compat fuzz bench clean
+.PHONY: help run build tools lint test compat kgo-suite fuzz bench clean
 
 help:
 	@echo "make run     build, then bin/synapse serve (data in ./data)"
@@ -34,6 +34,7 @@ help:
 	@echo "make lint    gofmt, go vet, staticcheck"
 	@echo "make test    tools + lint + go test -race $(CORE_PKGS)"
 	@echo "make compat  real Kafka clients against bin/synapse (part of make test)"
+	@echo "make kgo-suite  franz-go's own kgo integration tests against bin/synapse (part of make compat)"
 	@echo "make fuzz    each fuzz target in $(FUZZ_PKGS) for FUZZTIME=$(FUZZTIME)"
 	@echo "make bench   benchmarks"
 	@echo "make clean   remove bin/"
@@ -82,6 +83,12 @@ test: tools lint
 # kafka-python) against a real `synapse serve` process; see compat-tests/.
 compat: build
 	cd compat-tests && COMPAT_REQUIRE=1 SYNAPSE_BIN=$(CURDIR)/bin/synapse $(GO) test -count=1 -timeout 15m ./...
+	$(MAKE) --no-print-directory kgo-suite
+
+# franz-go's own pkg/kgo integration tests (SASL, plaintext, TLS) against one
+# bin/synapse, as franz-go's CI runs them; see compat-tests/kgo-suite.sh.
+kgo-suite: build
+	SYNAPSE_BIN=$(CURDIR)/bin/synapse GO=$(GO) bash compat-tests/kgo-suite.sh
 
 fuzz:
 	@for pkg in $(FUZZ_PKGS); do \
