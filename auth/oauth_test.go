@@ -536,7 +536,7 @@ func TestOAuthBearerSession(t *testing.T) {
 	good := sign(t, testECKey(), jose.ES256, "ec1", claimsAt(testNow, nil))
 	expired := sign(t, testECKey(), jose.ES256, "ec1", claimsAt(testNow, map[string]any{"exp": testNow.Add(-time.Hour).Unix()}))
 
-	run := func(a oauth.Auth) (Session, []byte, error, []byte) {
+	run := func(a oauth.Auth) (Session, []byte, []byte, error) {
 		cs, msg, err := a.AsMechanism().Authenticate(context.Background(), "broker")
 		if err != nil {
 			t.Fatal(err)
@@ -554,10 +554,10 @@ func TestOAuthBearerSession(t *testing.T) {
 		}
 		// The client answers an error challenge with \x01.
 		_, next, _ := cs.Challenge(reply)
-		return s, reply, err, next
+		return s, reply, next, err
 	}
 
-	s, _, err, _ := run(oauth.Auth{Token: good, Extensions: map[string]string{"traceId": "abc 123"}})
+	s, _, _, err := run(oauth.Auth{Token: good, Extensions: map[string]string{"traceId": "abc 123"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -567,16 +567,16 @@ func TestOAuthBearerSession(t *testing.T) {
 	if _, _, err := s.Step([]byte{1}); err == nil {
 		t.Error("a message after success was accepted")
 	}
-	if _, _, err, _ := run(oauth.Auth{Zid: "alice", Token: good}); err != nil {
+	if _, _, _, err := run(oauth.Auth{Zid: "alice", Token: good}); err != nil {
 		t.Errorf("authzid == principal: %v", err)
 	}
-	s, _, err, _ = run(oauth.Auth{Zid: "admin", Token: good})
+	s, _, _, err = run(oauth.Auth{Zid: "admin", Token: good})
 	failed(t, "authzid mismatch", err)
 	if s.Principal() != "" {
 		t.Errorf("failed session has principal %q", s.Principal())
 	}
 
-	s, reply, err, next := run(oauth.Auth{Token: expired})
+	s, reply, next, err := run(oauth.Auth{Token: expired})
 	failed(t, "expired", err)
 	if string(reply) != `{"status":"invalid_token"}` || !strings.Contains(err.Error(), "invalid_token") {
 		t.Errorf("expired: reply %q, err %v", reply, err)

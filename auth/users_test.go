@@ -119,7 +119,10 @@ func TestUpsertDerivesKeys(t *testing.T) {
 		}
 		hg, _, _ := scramHash(mech)
 		cl, _ := hg.NewClientUnprepped("alice", "secret", "")
-		want := cl.GetStoredCredentials(scram.KeyFactors{Salt: string(salt), Iters: 8192})
+		want, err := cl.GetStoredCredentialsWithError(scram.KeyFactors{Salt: string(salt), Iters: 8192})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if got.Salt != want.Salt || got.Iters != want.Iters || !bytes.Equal(got.StoredKey, want.StoredKey) || !bytes.Equal(got.ServerKey, want.ServerKey) {
 			t.Errorf("%s: Lookup = %+v, want %+v", mech, got, want)
 		}

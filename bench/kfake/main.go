@@ -1,14 +1,16 @@
 // Command kfake runs franz-go's kfake as a standalone single-broker Kafka,
 // the reference broker of `make bench`.
 //
-//	kfake --listen 127.0.0.1:9092 [--data-dir DIR] [--sync] [--blackhole]
+//	kfake --listen 127.0.0.1:9092 [--data-dir DIR] [--sync] [--blackhole] [--tls-cert-file F --tls-key-file K]
 //
 // --data-dir persists through the page cache (kfake syncs on segment roll
 // and shutdown, like Kafka's defaults); --sync adds an fsync per batch;
-// --blackhole acknowledges produce without storing (calibration).
+// --blackhole acknowledges produce without storing (calibration);
+// --tls-cert-file and --tls-key-file serve TLS (only) on the listener.
 package main
 
 import (
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"net"
@@ -25,6 +27,8 @@ func main() {
 	dataDir := flag.String("data-dir", "", "persist to this directory")
 	sync := flag.Bool("sync", false, "fsync every batch")
 	blackhole := flag.Bool("blackhole", false, "acknowledge produce without storing")
+	certFile := flag.String("tls-cert-file", "", "PEM certificate: serve TLS")
+	keyFile := flag.String("tls-key-file", "", "PEM key of --tls-cert-file")
 	flag.Parse()
 	host, portStr, err := net.SplitHostPort(*listen)
 	if err != nil {
@@ -53,6 +57,14 @@ func main() {
 	}
 	if *blackhole {
 		opts = append(opts, kfake.BlackholeProduce())
+	}
+	if *certFile != "" {
+		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		opts = append(opts, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {

@@ -15,11 +15,20 @@ package main
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"flag"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -39,6 +48,8 @@ type options struct {
 	e2eDuration    time.Duration
 
 	secRounds      int // < 0: as rounds; 0: no security block
+	secSlices      int
+	secKfake       bool
 	secOnly        bool
 	secRecords     int64
 	secDuration    time.Duration
@@ -57,6 +68,8 @@ func main() {
 	flag.IntVar(&o.secRounds, "security-rounds", -1, "rounds of the security block (-1: as -rounds; 0: skip it)")
 	flag.BoolVar(&o.secOnly, "security-only", false, "run only the security block")
 	flag.Int64Var(&o.secRecords, "security-records", 500_000, "records (1 KiB) of the security block's produce and consume runs")
+	flag.BoolVar(&o.secKfake, "security-kfake", true, "also kfake over PLAINTEXT and TLS in the security block, as a reference ratio")
+	flag.IntVar(&o.secSlices, "security-slices", 3, "slices of each round's produce comparison, run in rotating order")
 	flag.DurationVar(&o.secDuration, "security-duration", 5*time.Second, "duration of the security block's e2e and auth runs")
 	flag.Float64Var(&o.authRate, "auth-rate", 1000, "new SCRAM connections per second of the auth load under produce")
 	flag.IntVar(&o.authDialers, "auth-dialers", 8, "concurrent dialers of the auth load")
@@ -65,6 +78,7 @@ func main() {
 	if o.secRounds < 0 {
 		o.secRounds = o.rounds
 	}
+	o.secSlices = max(o.secSlices, 1)
 	start := time.Now()
 	r := &runner{o: o, samples: map[string]map[string][]float64{}}
 	if err := r.run(); err != nil {
@@ -92,16 +106,17 @@ type target struct {
 	name string
 	bin  string
 	args func(addr, dir string) []string
-	env  []string // added to the broker's environment
+	env  []string    // added to the broker's environment
+	tls  *tls.Config // the listener at addr serves TLS: readiness is checked over it
 }
 
 func (r *runner) targets() (synapse, kfake, kfakeSync, blackhole target) {
 	synapse = target{"synapse", r.o.synapse, func(addr, dir string) []string {
 		return []string{"serve", "--listen", addr, "--advertised-addr", addr, "--data-dir", dir, "--http-listen", "", "--log-level", "warn"}
-	}, nil}
-	kfake = target{"kfake", r.o.kfake, func(addr, dir string) []string { return []string{"--listen", addr, "--data-dir", dir} }, nil}
-	kfakeSync = target{"kfake-sync", r.o.kfake, func(addr, dir string) []string { return []string{"--listen", addr, "--data-dir", dir, "--sync"} }, nil}
-	blackhole = target{"blackhole", r.o.kfake, func(addr, _ string) []string { return []string{"--listen", addr, "--blackhole"} }, nil}
+	}, nil, nil}
+	kfake = target{"kfake", r.o.kfake, func(addr, dir string) []string { return []string{"--listen", addr, "--data-dir", dir} }, nil, nil}
+	kfakeSync = target{"kfake-sync", r.o.kfake, func(addr, dir string) []string { return []string{"--listen", addr, "--data-dir", dir, "--sync"} }, nil, nil}
+	blackhole = target{"blackhole", r.o.kfake, func(addr, _ string) []string { return []string{"--listen", addr, "--blackhole"} }, nil, nil}
 	return
 }
 
@@ -115,6 +130,11 @@ func (r *runner) run() error {
 		fmt.Fprintf(os.Stderr, "security round %d/%d\n", round+1, r.o.secRounds)
 		if err := r.securitySlot(round); err != nil {
 			return fmt.Errorf("security: %w", err)
+		}
+		if r.o.secKfake {
+			if err := r.kfakeTLSSlot(round); err != nil {
+				return fmt.Errorf("security, kfake: %w", err)
+			}
 		}
 	}
 	return nil
@@ -175,7 +195,7 @@ func start(t target, addr, dir string) (*broker, time.Duration, error) {
 		return nil, 0, err
 	}
 	for deadline := t0.Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
-		if apiVersions(addr) == nil {
+		if apiVersions(addr, t.tls) == nil {
 			return b, time.Since(t0), nil
 		}
 	}
@@ -183,9 +203,16 @@ func start(t target, addr, dir string) (*broker, time.Duration, error) {
 	return nil, 0, fmt.Errorf("not ready within 30 s; log:\n%s", b.log)
 }
 
-// apiVersions sends ApiVersions v0 and reads the answer.
-func apiVersions(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+// apiVersions sends ApiVersions v0 and reads the answer (over TLS with
+// cfg).
+func apiVersions(addr string, cfg *tls.Config) error {
+	var c net.Conn
+	var err error
+	if cfg != nil {
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, cfg)
+	} else {
+		c, err = net.DialTimeout("tcp", addr, time.Second)
+	}
 	if err != nil {
 		return err
 	}
@@ -535,4 +562,554 @@ func (r *runner) reportSideBySide(w io.Writer) {
 	}
 	bh := r.samples["P1 produce MB/s"]["blackhole"]
 	fmt.Fprintf(w, "\nCalibration: P1 against a blackhole broker (kfake acknowledging without storing): %s MB/s — this client's ceiling on this machine.\n", span(bh))
+}
+
+//////////////
+// Security //
+//////////////
+
+// secBroker is a Synapse broker with a PLAINTEXT, an SSL and a
+// SASL_PLAINTEXT listener, a certificate for 127.0.0.1 signed by a CA made
+// for the run, and the super user admin (SCRAM-SHA-256/512, 4096
+// iterations) from SYNAPSE_ADMIN_PASSWORD.
+type secBroker struct {
+	*broker
+	root             string
+	plain, ssl, sasl string
+	ca               string
+	env              []string // the password, for the clients
+}
+
+// listener is one way for a client to reach a secBroker.
+type listener struct {
+	name string
+	addr string
+	args []string
+}
+
+func (b *secBroker) listeners() (plain, ssl, sasl listener) {
+	return listener{"PLAINTEXT", b.plain, nil},
+		listener{"SSL", b.ssl, []string{"--tls-ca-file", b.ca}},
+		listener{"SASL_PLAINTEXT", b.sasl, []string{"--sasl-mechanism", "SCRAM-SHA-256", "--sasl-user", "admin"}}
+}
+
+// freeAddrs are n distinct free loopback addresses.
+func freeAddrs(n int) ([]string, error) {
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close() // held until all are picked: distinct
+		addrs = append(addrs, l.Addr().String())
+	}
+	return addrs, nil
+}
+
+func (r *runner) startSecure() (*secBroker, error) {
+	root, err := os.MkdirTemp("", "synapse-bench-security-")
+	if err != nil {
+		return nil, err
+	}
+	b := &secBroker{root: root}
+	ok := false
+	defer func() {
+		if !ok {
+			os.RemoveAll(root)
+		}
+	}()
+	ca, cert, key, err := writeCerts(root)
+	if err != nil {
+		return nil, err
+	}
+	b.ca = ca
+	pw := make([]byte, 12)
+	rand.Read(pw)
+	b.env = []string{"SYNAPSE_ADMIN_PASSWORD=" + hex.EncodeToString(pw)}
+	addrs, err := freeAddrs(3)
+	if err != nil {
+		return nil, err
+	}
+	b.plain, b.ssl, b.sasl = addrs[0], addrs[1], addrs[2]
+	t := target{"synapse", r.o.synapse, func(_, dir string) []string {
+		return []string{"serve", "--listeners", "PLAINTEXT://" + b.plain + ",SSL://" + b.ssl + ",SASL_PLAINTEXT://" + b.sasl,
+			"--tls-cert-file", cert, "--tls-key-file", key, "--sasl-mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512",
+			"--data-dir", dir, "--http-listen", "", "--log-level", "warn"}
+	}, b.env, nil}
+	if b.broker, _, err = start(t, b.plain, filepath.Join(root, "data")); err != nil {
+		return nil, err
+	}
+	ok = true
+	return b, nil
+}
+
+func (b *secBroker) done() {
+	b.stop()
+	os.RemoveAll(b.root)
+}
+
+// writeCerts writes a CA and a server certificate for 127.0.0.1 (ECDSA
+// P-256, valid for a day) into dir.
+func writeCerts(dir string) (caFile, certFile, keyFile string, err error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "synapse bench CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		return
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return
+	}
+	caFile, certFile, keyFile = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key")
+	for _, f := range []struct {
+		path, typ string
+		der       []byte
+	}{{caFile, "CERTIFICATE", caDER}, {certFile, "CERTIFICATE", der}, {keyFile, "PRIVATE KEY", keyDER}} {
+		if err = os.WriteFile(f.path, pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: f.der}), 0o600); err != nil {
+			return
+		}
+	}
+	return
+}
+
+// authResult is what `synapse bench auth --json` prints.
+type authResult struct {
+	Auths       int64              `json:"auths"`
+	Failures    int64              `json:"failures"`
+	Seconds     float64            `json:"seconds"`
+	AuthsPerSec float64            `json:"auths_per_sec"`
+	LatencyMs   map[string]float64 `json:"latency_ms"`
+}
+
+// authLoad is a `synapse bench auth` running in the background.
+type authLoad struct {
+	cmd       *exec.Cmd
+	out, errb bytes.Buffer
+}
+
+// startAuth starts `synapse bench auth` against b's SASL listener; it runs
+// until stop.
+func (r *runner) startAuth(b *secBroker, args ...string) (*authLoad, error) {
+	a := &authLoad{}
+	a.cmd = exec.Command(r.o.synapse, append([]string{"bench", "auth", "--brokers", b.sasl, "--sasl-mechanism", "SCRAM-SHA-256",
+		"--sasl-user", "admin", "--duration", "10m", "--json", "--progress", "0"}, args...)...)
+	a.cmd.Env = append(os.Environ(), b.env...)
+	a.cmd.Stdout, a.cmd.Stderr = &a.out, &a.errb
+	return a, a.cmd.Start()
+}
+
+// stop interrupts the auth load, which then reports what it did.
+func (a *authLoad) stop() (authResult, error) {
+	a.cmd.Process.Signal(os.Interrupt)
+	err := a.cmd.Wait()
+	var res authResult
+	if jerr := json.Unmarshal(a.out.Bytes(), &res); jerr != nil {
+		return res, fmt.Errorf("bench auth: %v %v\n%s", err, jerr, a.errb.String())
+	}
+	if res.Failures > 0 {
+		fmt.Fprintf(os.Stderr, "  bench auth: %d failures: %s", res.Failures, a.errb.String())
+	}
+	return res, nil
+}
+
+// runAuth runs `synapse bench auth` for d.
+func (r *runner) runAuth(b *secBroker, d time.Duration, args ...string) (authResult, error) {
+	a, err := r.startAuth(b, args...)
+	if err != nil {
+		return authResult{}, err
+	}
+	time.Sleep(d)
+	return a.stop()
+}
+
+// under runs fn with an auth load at --auth-rate in the background,
+// started authLead before it.
+func (r *runner) under(b *secBroker, fn func() error) (authResult, error) {
+	a, err := r.startAuth(b, "--rate", strconv.FormatFloat(r.o.authRate, 'f', -1, 64), "--concurrency", strconv.Itoa(r.o.authDialers))
+	if err != nil {
+		return authResult{}, err
+	}
+	time.Sleep(authLead)
+	ferr := fn()
+	res, err := a.stop()
+	if ferr != nil {
+		return res, ferr
+	}
+	return res, err
+}
+
+// authLead is how long the auth load runs before the workload under it
+// starts.
+const authLead = 300 * time.Millisecond
+
+// Security metric names (broker "synapse").
+const (
+	secProduce    = "sec produce MB/s "             // + listener
+	secProduceCPU = "sec produce broker CPU ms/MB " // + listener
+	secConsume    = "sec consume MB/s "
+	secConsumeCPU = "sec consume broker CPU ms/MB "
+	secAuthMax    = "sec auths/s as fast as possible"
+	secAuthMaxP99 = "sec auth p99 ms as fast as possible"
+	secAuthCPU    = "sec broker CPU ms per auth"
+	secE2ERate    = "sec e2e records/s "
+	secE2EP50     = "sec e2e p50 ms "    // + alone / under auth
+	secE2EP99     = "sec e2e p99 ms "    // + alone / under auth
+	secAuthUnder  = "sec auths/s under " // + e2e / produce
+	secAuthP99    = "sec auth p99 ms under "
+	secPair       = "sec produce MB/s, auth pair, " // + alone / under auth
+	secFailures   = "sec auth failures"
+)
+
+// securitySlot: one round of the security block on a fresh broker.
+//
+// This VM's disk writes a burst at twice the speed it sustains (and comes
+// back to it only after idling), so produce runs in turn do not see the
+// same disk: each comparison is split into slices run in a rotating order
+// (every variant in every position once per round: A B C, B C A, C A B;
+// reversed in odd rounds), and a round's figure for a variant is its bytes
+// over its time across its slices.
+func (r *runner) securitySlot(round int) error {
+	b, err := r.startSecure()
+	if err != nil {
+		return err
+	}
+	defer b.done()
+	const n = "synapse"
+	rev := round%2 == 1
+	plain, ssl, sasl := b.listeners()
+
+	// Produce over each listener, P1's records in slices.
+	ls := []listener{plain, ssl, sasl}
+	per := strconv.FormatInt(max(r.o.secRecords/int64(r.o.secSlices), 1), 10)
+	var acc [3]sums
+	for _, i := range schedule(len(ls), r.o.secSlices, rev) {
+		l := ls[i]
+		res, c, err := r.clientAt(b.broker, l.addr, b.env, append([]string{"produce", "--topic", "sec-" + strings.ToLower(l.name),
+			"--records", per, "--record-size", "1024", "--acks", "all", "--idempotent"}, l.args...)...)
+		if err != nil {
+			return fmt.Errorf("produce over %s: %w", l.name, err)
+		}
+		acc[i].add(res, c)
+	}
+	for i, l := range ls {
+		r.add(secProduce+l.name, n, acc[i].mbPerSec())
+		r.add(secProduceCPU+l.name, n, msPerMB(acc[i].cpu, acc[i].bytes))
+	}
+
+	// Consume the PLAINTEXT produce's topic from 0 over PLAINTEXT and SSL:
+	// A B B A.
+	ls = []listener{plain, ssl}
+	acc = [3]sums{}
+	for _, i := range schedule(len(ls), 2, rev) {
+		l := ls[i]
+		res, c, err := r.clientAt(b.broker, l.addr, b.env, append([]string{"consume", "--topic", "sec-plaintext"}, l.args...)...)
+		if err != nil {
+			return fmt.Errorf("consume over %s: %w", l.name, err)
+		}
+		acc[i].add(res, c)
+	}
+	for i, l := range ls {
+		r.add(secConsume+l.name, n, acc[i].mbPerSec())
+		r.add(secConsumeCPU+l.name, n, msPerMB(acc[i].cpu, acc[i].bytes))
+	}
+
+	// New SCRAM connections as fast as the machine allows.
+	c0 := cpu(b.pid())
+	ar, err := r.runAuth(b, r.o.secDuration, "--concurrency", strconv.Itoa(r.o.authMaxDialers))
+	if err != nil {
+		return err
+	}
+	r.add(secAuthMax, n, ar.AuthsPerSec)
+	r.add(secAuthMaxP99, n, ar.LatencyMs["p99"])
+	if ar.Auths > 0 {
+		r.add(secAuthCPU, n, float64((cpu(b.pid())-c0).Microseconds())/1e3/float64(ar.Auths))
+	}
+	failures := ar.Failures
+
+	// e2e at 5000 records/s over PLAINTEXT, alone and under the auth load
+	// at --auth-rate.
+	for _, loaded := range schedule(2, 1, rev) {
+		var res result
+		e2e := func() (err error) {
+			res, _, err = r.clientAt(b.broker, b.plain, nil, "e2e", "--topic", fmt.Sprintf("sec-e2e-%d", loaded), "--rate", "5000", "--duration", r.o.secDuration.String())
+			return err
+		}
+		key := "alone"
+		if loaded == 1 {
+			key = "under auth"
+			ar, err := r.under(b, e2e)
+			if err != nil {
+				return err
+			}
+			r.add(secAuthUnder+"e2e", n, ar.AuthsPerSec)
+			r.add(secAuthP99+"e2e", n, ar.LatencyMs["p99"])
+			failures += ar.Failures
+		} else if err := e2e(); err != nil {
+			return err
+		}
+		r.add(secE2ERate+key, n, res.RecordsPerSec)
+		r.add(secE2EP50+key, n, res.LatencyMs["p50"])
+		r.add(secE2EP99+key, n, res.LatencyMs["p99"])
+	}
+
+	// Produce as fast as possible over PLAINTEXT, alone and under the auth
+	// load: half P1's records, in quarters, A B B A.
+	quarter := strconv.FormatInt(max(r.o.secRecords/4, 1), 10)
+	acc = [3]sums{}
+	var under authResult
+	for _, loaded := range schedule(2, 2, rev) {
+		var res result
+		var c time.Duration
+		produce := func() (err error) {
+			res, c, err = r.clientAt(b.broker, b.plain, nil, "produce", "--topic", fmt.Sprintf("sec-pair-%d", loaded), "--records", quarter, "--record-size", "1024")
+			return err
+		}
+		if loaded == 1 {
+			ar, err := r.under(b, produce)
+			if err != nil {
+				return err
+			}
+			under.Auths += ar.Auths
+			under.Seconds += ar.Seconds
+			under.LatencyMs = maxP99(under.LatencyMs, ar.LatencyMs)
+			failures += ar.Failures
+		} else if err := produce(); err != nil {
+			return err
+		}
+		acc[loaded].add(res, c)
+	}
+	r.add(secPair+"alone", n, acc[0].mbPerSec())
+	r.add(secPair+"under auth", n, acc[1].mbPerSec())
+	r.add(secAuthUnder+"produce", n, float64(under.Auths)/under.Seconds)
+	r.add(secAuthP99+"produce", n, under.LatencyMs["p99"])
+	r.add(secFailures, n, float64(failures))
+	return nil
+}
+
+// kfakeTLSSlot: kfake over PLAINTEXT and over TLS (two processes, the
+// certificate of startSecure), produce then consume half the records of
+// the Synapse rounds each, A B B A: the ratios of a broker on the same
+// crypto/tls that never uses sendfile.
+func (r *runner) kfakeTLSSlot(round int) error {
+	root, err := os.MkdirTemp("", "synapse-bench-kfake-tls-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(root)
+	caFile, cert, key, err := writeCerts(root)
+	if err != nil {
+		return err
+	}
+	pemCA, err := os.ReadFile(caFile)
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pemCA)
+	addrs, err := freeAddrs(2)
+	if err != nil {
+		return err
+	}
+	kargs := func(addr, dir string) []string { return []string{"--listen", addr, "--data-dir", dir} }
+	ts := []target{{"kfake", r.o.kfake, kargs, nil, nil}, {"kfake", r.o.kfake, func(addr, dir string) []string {
+		return append(kargs(addr, dir), "--tls-cert-file", cert, "--tls-key-file", key)
+	}, nil, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}}}
+	ls := []listener{{"PLAINTEXT", addrs[0], nil}, {"SSL", addrs[1], []string{"--tls-ca-file", caFile}}}
+	var bs []*broker
+	defer func() {
+		for _, b := range bs {
+			b.stop()
+		}
+	}()
+	for i, t := range ts {
+		dir := filepath.Join(root, fmt.Sprint("data", i))
+		b, _, err := start(t, ls[i].addr, dir)
+		if err != nil {
+			return err
+		}
+		bs = append(bs, b)
+	}
+	const n = "kfake"
+	half := strconv.FormatInt(max(r.o.secRecords/4, 1), 10)
+	for _, w := range []string{"produce", "consume"} {
+		var acc [2]sums
+		for _, i := range schedule(2, 2, round%2 == 1) {
+			args := []string{w, "--topic", "k", "--records", half}
+			if w == "produce" {
+				args = append(args, "--record-size", "1024", "--acks", "all", "--idempotent")
+			}
+			res, c, err := r.clientAt(bs[i], ls[i].addr, nil, append(args, ls[i].args...)...)
+			if err != nil {
+				return fmt.Errorf("%s over %s: %w", w, ls[i].name, err)
+			}
+			acc[i].add(res, c)
+		}
+		for i, l := range ls {
+			r.add("sec "+w+" MB/s "+l.name, n, acc[i].mbPerSec())
+			r.add("sec "+w+" broker CPU ms/MB "+l.name, n, msPerMB(acc[i].cpu, acc[i].bytes))
+		}
+	}
+	return nil
+}
+
+// schedule is the order of a round's runs of n variants: passes passes,
+// each rotated one further than the last (A B C, B C A, C A B); reversed
+// when rev.
+func schedule(n, passes int, rev bool) []int {
+	var seq []int
+	for p := range passes {
+		for i := range n {
+			seq = append(seq, (i+p)%n)
+		}
+	}
+	if rev {
+		slices.Reverse(seq)
+	}
+	return seq
+}
+
+// sums adds up a variant's slices.
+type sums struct {
+	bytes   int64
+	seconds float64
+	cpu     time.Duration
+}
+
+func (s *sums) add(res result, cpu time.Duration) {
+	s.bytes += res.Bytes
+	s.seconds += res.Seconds
+	s.cpu += cpu
+}
+
+func (s *sums) mbPerSec() float64 {
+	if s.seconds == 0 {
+		return 0
+	}
+	return float64(s.bytes) / 1e6 / s.seconds
+}
+
+// maxP99 keeps the larger p99 of two auth runs.
+func maxP99(a, b map[string]float64) map[string]float64 {
+	if a == nil || b["p99"] > a["p99"] {
+		return b
+	}
+	return a
+}
+
+// secRow is a row of the security table: a variant against its baseline
+// (base empty: a figure of its own).
+type secRow struct {
+	text, base, variant string
+	goal                string
+	check               func(base, variant, ratio float64) bool
+	broker              string // default synapse
+}
+
+func (r *runner) secRows() []secRow {
+	auth := fmt.Sprintf("%g new SCRAM-SHA-256 connections/s (%d dialers)", r.o.authRate, r.o.authDialers)
+	rate := func(_, v, _ float64) bool { return v >= 0.99*r.o.authRate }
+	rows := []secRow{
+		{"produce MB/s: PLAINTEXT → SSL", secProduce + "PLAINTEXT", secProduce + "SSL", "≥ 0.9×", func(_, _, q float64) bool { return q >= 0.9 }, ""},
+		{"consume MB/s: PLAINTEXT → SSL", secConsume + "PLAINTEXT", secConsume + "SSL", "≥ 0.6×", func(_, _, q float64) bool { return q >= 0.6 }, ""},
+		{"produce MB/s: PLAINTEXT → SASL_PLAINTEXT (SCRAM-SHA-256)", secProduce + "PLAINTEXT", secProduce + "SASL_PLAINTEXT", "≥ 0.95× (nothing measurable)", func(_, _, q float64) bool { return q >= 0.95 }, ""},
+		{"produce broker CPU ms/MB: PLAINTEXT → SSL", secProduceCPU + "PLAINTEXT", secProduceCPU + "SSL", "", nil, ""},
+		{"produce broker CPU ms/MB: PLAINTEXT → SASL_PLAINTEXT", secProduceCPU + "PLAINTEXT", secProduceCPU + "SASL_PLAINTEXT", "", nil, ""},
+		{"consume broker CPU ms/MB: PLAINTEXT → SSL", secConsumeCPU + "PLAINTEXT", secConsumeCPU + "SSL", "", nil, ""},
+		{fmt.Sprintf("SCRAM-SHA-256 auths/s, as fast as possible (%d dialers)", r.o.authMaxDialers), "", secAuthMax, fmt.Sprintf("≥ %g/s", r.o.authRate), func(_, v, _ float64) bool { return v >= r.o.authRate }, ""},
+		{"  its auth latency p99 ms (dial to authenticated)", "", secAuthMaxP99, "", nil, ""},
+		{"  broker CPU ms per authenticated connection", "", secAuthCPU, "", nil, ""},
+		{"auths/s reached, target " + auth + ", under e2e", "", secAuthUnder + "e2e", fmt.Sprintf("%g/s (−1%%)", r.o.authRate), rate, ""},
+		{"  its auth latency p99 ms", "", secAuthP99 + "e2e", "", nil, ""},
+		{"e2e records/s reached (target 5000): alone → under auth load", secE2ERate + "alone", secE2ERate + "under auth", "", nil, ""},
+		{"e2e 5000 records/s p50 ms: alone → under auth load", secE2EP50 + "alone", secE2EP50 + "under auth", "", nil, ""},
+		{"e2e 5000 records/s p99 ms: alone → under auth load", secE2EP99 + "alone", secE2EP99 + "under auth", "≤ 1.2× (not starved)", func(_, _, q float64) bool { return q <= 1.2 }, ""},
+		{"auths/s reached, target " + auth + ", under max produce", "", secAuthUnder + "produce", fmt.Sprintf("%g/s (−1%%)", r.o.authRate), rate, ""},
+		{"  its auth latency p99 ms (the worse of two runs)", "", secAuthP99 + "produce", "", nil, ""},
+		{"produce MB/s as fast as possible (2 × a quarter of the records each): alone → under auth load", secPair + "alone", secPair + "under auth", "", nil, ""},
+	}
+	if r.o.secKfake {
+		kf := func(text, base, variant string) secRow {
+			return secRow{text: "reference, kfake: " + text, base: base, variant: variant, broker: "kfake"}
+		}
+		rows = append(rows,
+			kf("produce MB/s: PLAINTEXT → SSL", secProduce+"PLAINTEXT", secProduce+"SSL"),
+			kf("consume MB/s: PLAINTEXT → SSL (a copy either way)", secConsume+"PLAINTEXT", secConsume+"SSL"),
+			kf("produce broker CPU ms/MB: PLAINTEXT → SSL", secProduceCPU+"PLAINTEXT", secProduceCPU+"SSL"),
+			kf("consume broker CPU ms/MB: PLAINTEXT → SSL", secConsumeCPU+"PLAINTEXT", secConsumeCPU+"SSL"))
+	}
+	return rows
+}
+
+func (r *runner) reportSecurity(w io.Writer) {
+	fmt.Fprintf(w, "\nSecurity (Synapse only): a fresh broker per round with a PLAINTEXT, an SSL and a SASL_PLAINTEXT listener, %d rounds. Produce: %d records of 1 KiB over each listener (acks=all, idempotent)\n",
+		r.o.secRounds, r.o.secRecords)
+	fmt.Fprintf(w, "in %d slices run in rotating order (A B C, B C A, ...; reversed in odd rounds); consume: that topic from 0 over PLAINTEXT and SSL, A B B A. TLS 1.3 with an ECDSA P-256 certificate made at run time;\n", r.o.secSlices)
+	fmt.Fprintf(w, "SCRAM-SHA-256 (4096 iterations) as the super user admin. e2e and auth runs last %s. Ratios are medians of the per-round ratios.\n", r.o.secDuration)
+	fmt.Fprintln(w, "The auth loads (`synapse bench auth`) open new connections on the SASL listener: ApiVersions, SaslHandshake, 2 SaslAuthenticate, close. The client derives the salted password once")
+	fmt.Fprintln(w, "(`--scram-key-cache`; franz-go runs PBKDF2 per connection, ~0.5 ms of client CPU); client and broker share the 2 CPUs, so \"as fast as possible\" is this machine's, not the broker's alone.")
+	if r.o.secKfake {
+		fmt.Fprintln(w, "Reference rows: kfake (same crypto/tls, never sendfile) as two processes, PLAINTEXT and TLS, a quarter of the records per run, A B B A.")
+	}
+	fmt.Fprintln(w, "\n| workload | baseline median (min–max) | median (min–max) | ratio median (min–max) | goal | met |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	for _, row := range r.secRows() {
+		if row.broker == "" {
+			row.broker = "synapse"
+		}
+		v := r.samples[row.variant][row.broker]
+		basev, ratio, ratios := "—", "—", []float64(nil)
+		if row.base != "" {
+			bs := r.samples[row.base][row.broker]
+			basev = span(bs)
+			for i := range min(len(bs), len(v)) {
+				if bs[i] > 0 {
+					ratios = append(ratios, v[i]/bs[i])
+				}
+			}
+			if len(ratios) > 0 {
+				ratio = fmt.Sprintf("%.2f× (%.2f–%.2f)", median(ratios), slices.Min(ratios), slices.Max(ratios))
+			}
+		}
+		met := "—"
+		if row.check != nil && len(v) > 0 {
+			met = "no"
+			if row.check(median(r.samples[row.base][row.broker]), median(v), median(ratios)) {
+				met = "yes"
+			}
+		}
+		goal := row.goal
+		if goal == "" {
+			goal = "—"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", row.text, basev, span(v), ratio, goal, met)
+	}
+	var failed float64
+	for _, f := range r.samples[secFailures]["synapse"] {
+		failed += f
+	}
+	fmt.Fprintf(w, "\nAuthentication failures over all auth runs: %.0f.\n", failed)
 }

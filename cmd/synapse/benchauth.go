@@ -337,9 +337,10 @@ func authOnce(ctx context.Context, addr string, tlsCfg *tls.Config, mech sasl.Me
 			return c.buf, err
 		}
 		if done {
-			if len(next) > 0 { // a last message without an answer
+			if len(next) > 0 { // a last message, not answered (none of PLAIN and SCRAM has one)
 				req.SASLAuthBytes = next
-				c.buf = (&kmsg.RequestFormatter{}).AppendRequest(c.buf[:0], req, int32(step+100))
+				c.corr++
+				c.buf = (&kmsg.RequestFormatter{}).AppendRequest(c.buf[:0], req, c.corr)
 				_, err = nc.Write(c.buf)
 			}
 			return c.buf, err

@@ -98,7 +98,10 @@ func (r *benchResult) finish(elapsed time.Duration, h *latencyHist) {
 // quantilesMs are p50, p90, p99, p999 and max in milliseconds; nil when
 // nothing was recorded.
 func (h *latencyHist) quantilesMs() map[string]float64 {
-	if h.n == 0 {
+	h.mu.Lock()
+	n := h.n
+	h.mu.Unlock()
+	if n == 0 {
 		return nil
 	}
 	m := map[string]float64{}

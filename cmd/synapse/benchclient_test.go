@@ -2,8 +2,18 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"io"
+	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -56,5 +66,101 @@ func TestBenchClientAgainstBroker(t *testing.T) {
 	o.topic, o.rate, o.duration, o.compression = "e", 500, time.Second, "none"
 	if r, err = runE2E(ctx, o, io.Discard); err != nil || r.Records < 400 || r.Errors != 0 || r.LatencyMs["p50"] <= 0 {
 		t.Fatalf("e2e: %+v %v", r, err)
+	}
+}
+
+// benchTLS is a CA file and a server TLS config for 127.0.0.1.
+func benchTLS(t *testing.T) (caFile string, cfg *tls.Config) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile = filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return caFile, &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+}
+
+// TestBenchClientSecurity runs the clients over an SSL and a
+// SASL_PLAINTEXT listener, and `bench auth` with each mechanism.
+func TestBenchClientSecurity(t *testing.T) {
+	caFile, tlsCfg := benchTLS(t)
+	s, err := broker.New(broker.Config{DataDir: t.TempDir(), AutoCreateTopics: true, AdminPassword: "pw", FailedAuthDelay: -1,
+		SASLMechanisms: []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	listen := func(l broker.Listener) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.ServeListener(ln, l)
+		return ln.Addr().String()
+	}
+	sslAddr := listen(broker.Listener{Name: broker.SSL, Protocol: broker.SSL, TLS: tlsCfg})
+	saslAddr := listen(broker.Listener{Name: broker.SASLPlaintext, Protocol: broker.SASLPlaintext})
+	ctx := context.Background()
+
+	o := &clientBenchOptions{brokers: sslAddr, topic: "tls", partitions: 1, recordSize: 100, records: 500,
+		duration: time.Minute, producers: 1, compression: "none", acks: "all", idempotent: true, payload: "random"}
+	o.sec.caFile = caFile
+	if r, err := runProduce(ctx, o, io.Discard); err != nil || r.Records != 500 || r.Errors != 0 {
+		t.Fatalf("produce over TLS: %+v %v", r, err)
+	}
+	o.records = 0
+	if r, err := runConsume(ctx, o, io.Discard); err != nil || r.Records != 500 {
+		t.Fatalf("consume over TLS: %+v %v", r, err)
+	}
+	for _, mech := range []string{"SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"} {
+		o := &clientBenchOptions{brokers: saslAddr, topic: "sasl", partitions: 1, recordSize: 100, records: 200,
+			duration: time.Minute, producers: 1, compression: "none", acks: "all", idempotent: true, payload: "random"}
+		o.sec = clientSecurity{mechanism: mech, user: "admin", password: "pw"}
+		if r, err := runProduce(ctx, o, io.Discard); err != nil || r.Records != 200 || r.Errors != 0 {
+			t.Fatalf("produce over SASL %s: %+v %v", mech, r, err)
+		}
+	}
+
+	auth := func(mech, pass string, cache bool) *authResult {
+		t.Helper()
+		o := &authBenchOptions{brokers: saslAddr, duration: 300 * time.Millisecond, concurrency: 2, apiVersions: true,
+			keyCache: cache, timeout: 5 * time.Second}
+		o.sec = clientSecurity{mechanism: mech, user: "admin", password: pass}
+		r, err := runAuth(ctx, o, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for _, c := range []struct {
+		mech  string
+		cache bool
+	}{{"SCRAM-SHA-256", true}, {"SCRAM-SHA-256", false}, {"SCRAM-SHA-512", true}, {"PLAIN", false}} {
+		if r := auth(c.mech, "pw", c.cache); r.Auths == 0 || r.Failures != 0 || r.AuthsPerSec <= 0 || r.LatencyMs["p99"] <= 0 {
+			t.Fatalf("auth %s (key cache %v): %+v", c.mech, c.cache, r)
+		}
+	}
+	if r := auth("SCRAM-SHA-256", "wrong", true); r.Auths != 0 || r.Failures == 0 {
+		t.Fatalf("auth with a wrong password: %+v", r)
 	}
 }
