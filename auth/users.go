@@ -127,7 +127,10 @@ type Users struct {
 
 	dummyOnce sync.Once
 	dummy     credential // CheckPlain's stand-in for an unknown user
-	secret    []byte     // keys the SCRAM stand-in credentials of unknown users
+	secret    []byte     // keys the SCRAM stand-in credentials of unknown users and plainOK's tags
+
+	plainMu sync.Mutex
+	plainOK map[string]plainLogin // user → the last PLAIN password verified, as a keyed tag
 }
 
 // LoadUsers reads what Marshal wrote; nil or empty is no users. Input that
@@ -558,11 +561,32 @@ func (u *Users) initSecrets() {
 	})
 }
 
+// plainLogin is a PLAIN password CheckPlain verified: an HMAC of it under
+// the process's random secret (never the password), valid while the
+// credential it was checked against is the user's.
+type plainLogin struct {
+	storedKey []byte
+	tag       [sha256.Size]byte
+}
+
+// plainCacheMax bounds plainOK (emptied when full).
+const plainCacheMax = 4096
+
+func (u *Users) plainTag(password string) (t [sha256.Size]byte) {
+	mac := hmac.New(sha256.New, u.secret)
+	mac.Write([]byte(password))
+	copy(t[:], mac.Sum(nil))
+	return t
+}
+
 // CheckPlain reports whether password is user's: it derives the keys from
 // password with the salt and iterations of user's SCRAM-SHA-512 credential
 // (else SCRAM-SHA-256) and compares StoredKey in constant time. For an
 // unknown user it does the same work against a stand-in credential (4096
-// iterations, SHA-512) and returns false.
+// iterations, SHA-512) and returns false. A password verified before
+// against the same credential is recognised by its keyed tag instead: a
+// client reconnecting with PLAIN costs one HMAC, not 4096 (PBKDF2); a
+// wrong password always pays the full derivation.
 func (u *Users) CheckPlain(user, password string) bool {
 	if u == nil {
 		return false
@@ -579,6 +603,18 @@ func (u *Users) CheckPlain(user, password string) bool {
 	if !ok {
 		mech, c = ScramSHA512, u.dummy
 	}
+	if password == "" {
+		return false
+	}
+	tag := u.plainTag(password)
+	if ok {
+		u.plainMu.Lock()
+		seen, hit := u.plainOK[user]
+		u.plainMu.Unlock()
+		if hit && bytes.Equal(seen.storedKey, c.StoredKey) && hmac.Equal(seen.tag[:], tag[:]) {
+			return true
+		}
+	}
 	hg, _, _ := scramHash(mech)
 	cl, err := hg.NewClientUnprepped(user, password, "")
 	if err != nil {
@@ -588,8 +624,16 @@ func (u *Users) CheckPlain(user, password string) bool {
 	if err != nil {
 		return false
 	}
-	match := subtle.ConstantTimeCompare(sc.StoredKey, c.StoredKey) == 1
-	return ok && match && password != ""
+	if !ok || subtle.ConstantTimeCompare(sc.StoredKey, c.StoredKey) != 1 {
+		return false
+	}
+	u.plainMu.Lock()
+	if u.plainOK == nil || len(u.plainOK) >= plainCacheMax {
+		u.plainOK = map[string]plainLogin{}
+	}
+	u.plainOK[user] = plainLogin{storedKey: c.StoredKey, tag: tag}
+	u.plainMu.Unlock()
+	return true
 }
 
 // standIn is the credential a SCRAM exchange uses for a user without one:

@@ -471,3 +471,33 @@ func TestUsersConcurrent(t *testing.T) {
 		t.Errorf("last persist is not the state (%d users)", u.Len())
 	}
 }
+
+// A PLAIN password verified once is recognised again without PBKDF2, and
+// only while the credential it was checked against stands.
+func TestCheckPlainRemembersOnlyTheCurrentCredential(t *testing.T) {
+	u := &Users{}
+	if err := u.SetPassword("p", ScramSHA512, "old", MinIterations); err != nil {
+		t.Fatal(err)
+	}
+	if !u.CheckPlain("p", "old") || !u.CheckPlain("p", "old") {
+		t.Fatal("the right password refused")
+	}
+	if u.CheckPlain("p", "olD") || u.CheckPlain("p", "") {
+		t.Fatal("a wrong password accepted after the right one was remembered")
+	}
+	if err := u.SetPassword("p", ScramSHA512, "new", MinIterations); err != nil {
+		t.Fatal(err)
+	}
+	if u.CheckPlain("p", "old") {
+		t.Fatal("the old password still logs in after a change")
+	}
+	if !u.CheckPlain("p", "new") {
+		t.Fatal("the new password refused")
+	}
+	if err := u.Delete("p", ScramSHA512); err != nil {
+		t.Fatal(err)
+	}
+	if u.CheckPlain("p", "new") {
+		t.Fatal("a deleted user logs in")
+	}
+}

@@ -59,12 +59,19 @@ type conn struct {
 // pin a 100 MiB produce request.
 const keepBufferBelow = 1 << 20
 
+// readers recycles connections' 64 KiB read buffers: a client that
+// reconnects for every request (or a thousand new SASL connections a
+// second) would otherwise allocate one per connection.
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
+
 func newConn(s *Server, nc net.Conn, lis *listener) *conn {
 	host := nc.RemoteAddr().String()
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	return &conn{s: s, raw: nc, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), host: "/" + host, ip: host,
+	br := readers.Get().(*bufio.Reader)
+	br.Reset(nc)
+	return &conn{s: s, raw: nc, nc: nc, br: br, host: "/" + host, ip: host,
 		lis: lis, principal: auth.Anonymous, authed: !lis.usesSASL()}
 }
 
@@ -96,6 +103,8 @@ func (c *conn) serve() {
 		c.closed = true
 		c.mu.Unlock()
 		c.raw.Close()
+		c.br.Reset(nil) // only this goroutine read through it
+		readers.Put(c.br)
 	}()
 	log := c.s.logger
 	defer func() {
