@@ -72,7 +72,7 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 		return resp, nil
 	case *kmsg.ListGroupsRequest:
 		resp := s.groups.ListGroups(b)
-		if s.sec.authz != nil && !c.s.sec.authz.Authorize(c.principal, c.ip, opDescribe, resCluster, clusterName) {
+		if s.sec.authz != nil && !s.sec.authz.Authorize(c.principal, c.ip, opDescribe, resCluster, clusterName) {
 			keep := resp.Groups[:0]
 			for _, g := range resp.Groups {
 				if s.sec.authz.Authorize(c.principal, c.ip, opDescribe, resGroup, g.Group) {
