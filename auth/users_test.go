@@ -479,8 +479,10 @@ func TestCheckPlainRemembersOnlyTheCurrentCredential(t *testing.T) {
 	if err := u.SetPassword("p", ScramSHA512, "old", MinIterations); err != nil {
 		t.Fatal(err)
 	}
-	if !u.CheckPlain("p", "old") || !u.CheckPlain("p", "old") {
-		t.Fatal("the right password refused")
+	for i := range 2 { // derived, then remembered
+		if !u.CheckPlain("p", "old") {
+			t.Fatalf("the right password refused (try %d)", i)
+		}
 	}
 	if u.CheckPlain("p", "olD") || u.CheckPlain("p", "") {
 		t.Fatal("a wrong password accepted after the right one was remembered")
