@@ -219,17 +219,20 @@ func (s *Server) Secured() bool { return len(s.cfg.SASLMechanisms) > 0 || s.cfg.
 
 // CheckLogin reports whether user and password are a valid login (checked
 // as PLAIN is, against the SCRAM credentials) of a principal that may
-// DESCRIBE the cluster. For the HTTP side port's Basic authentication.
-func (s *Server) CheckLogin(user, password string) bool {
+// DESCRIBE the cluster from client (an IP). For the HTTP side port's Basic
+// authentication.
+func (s *Server) CheckLogin(user, password, client string) bool {
 	ok := s.sec.users.CheckPlain(user, password)
 	principal := "User:" + user
 	if ok && s.sec.authz != nil {
-		ok = s.sec.authz.Authorize(principal, "*", opDescribe, resCluster, clusterName)
+		ok = s.sec.authz.Authorize(principal, client, opDescribe, resCluster, clusterName)
 	}
 	if !ok {
-		s.sec.audit.Warn("authentication failed", zap.String("event", "authentication_failed"), zap.String("mechanism", "HTTP Basic"))
+		s.sec.audit.Warn("authentication failed", zap.String("event", "authentication_failed"), zap.String("mechanism", "HTTP Basic"),
+			zap.String("client", client))
 		return false
 	}
-	s.sec.audit.Info("authenticated", zap.String("event", "authentication"), zap.String("mechanism", "HTTP Basic"), zap.String("principal", principal))
+	s.sec.audit.Info("authenticated", zap.String("event", "authentication"), zap.String("mechanism", "HTTP Basic"),
+		zap.String("principal", principal), zap.String("client", client))
 	return true
 }

@@ -334,7 +334,11 @@ func healthHandler(srv *broker.Server, withPprof bool) http.Handler {
 			return h
 		}
 		return func(w http.ResponseWriter, r *http.Request) {
-			if u, p, ok := r.BasicAuth(); ok && srv.CheckLogin(u, p) {
+			client, _, err := net.SplitHostPort(r.RemoteAddr)
+			if err != nil {
+				client = r.RemoteAddr
+			}
+			if u, p, ok := r.BasicAuth(); ok && srv.CheckLogin(u, p, client) {
 				h(w, r)
 				return
 			}
