@@ -55,11 +55,16 @@ func (s *Server) handleProduce(c *conn, req *kmsg.ProduceRequest) (kmsg.Response
 		case req.Version >= 13:
 			if t = s.reg.getByID(rt.TopicID); t == nil {
 				code = kerr.UnknownTopicID.Code
+				if s.virtualOffsetsID(rt.TopicID) {
+					code = kerr.InvalidTopicException.Code // clients never append to internal topics
+				}
 			} else if !c.allowed(opWrite, resTopic, t.name) {
 				t, code = nil, kerr.TopicAuthorizationFailed.Code
 			}
 		case !c.allowed(opWrite, resTopic, rt.Topic):
 			code = kerr.TopicAuthorizationFailed.Code
+		case internalTopic(rt.Topic) && s.reg.get(rt.Topic) == nil:
+			code = kerr.InvalidTopicException.Code // clients never append to internal topics
 		default:
 			t, code = s.topicOrCreate(rt.Topic, s.cfg.AutoCreateTopics && c.mayCreateTopic(rt.Topic), &creates)
 		}

@@ -129,6 +129,13 @@ func (s *Server) fetchOnce(c *conn, req *kmsg.FetchRequest) (*fetchResponse, int
 		if req.Version >= 13 {
 			if t = s.reg.getByID(rt.TopicID); t == nil {
 				code = kerr.UnknownTopicID.Code
+				if s.virtualOffsetsID(rt.TopicID) && c.allowed(opRead, resTopic, offsetsTopic) {
+					fetchOffsetsTopic(&rt, &st)
+					resp.reads = append(resp.reads, make([]*log.ReadResult, len(rt.Partitions)))
+					resp.cold = append(resp.cold, cold)
+					resp.Topics = append(resp.Topics, st)
+					continue
+				}
 			} else if !c.allowed(opRead, resTopic, t.name) {
 				t, code = nil, kerr.TopicAuthorizationFailed.Code
 			}
@@ -136,6 +143,13 @@ func (s *Server) fetchOnce(c *conn, req *kmsg.FetchRequest) (*fetchResponse, int
 			code = kerr.TopicAuthorizationFailed.Code
 		} else if t = s.reg.get(rt.Topic); t == nil {
 			code = kerr.UnknownTopicOrPartition.Code
+			if s.virtualOffsets(rt.Topic) {
+				fetchOffsetsTopic(&rt, &st)
+				resp.reads = append(resp.reads, make([]*log.ReadResult, len(rt.Partitions)))
+				resp.cold = append(resp.cold, cold)
+				resp.Topics = append(resp.Topics, st)
+				continue
+			}
 		}
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewFetchResponseTopicPartition()

@@ -58,6 +58,14 @@ func (s *Server) handleListOffsets(c *conn, req *kmsg.ListOffsetsRequest) (kmsg.
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
+			if t == nil && rp.Partition == 0 && s.virtualOffsets(rt.Topic) {
+				sp.Offset = 0 // the virtual offsets topic is empty
+				if req.Version == 0 {
+					sp.OldStyleOffsets = []int64{0}
+				}
+				st.Partitions = append(st.Partitions, sp)
+				continue
+			}
 			var p *partition
 			if t != nil {
 				p = s.reg.partition(t, rp.Partition)

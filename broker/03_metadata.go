@@ -46,6 +46,9 @@ func (s *Server) handleMetadata(c *conn, req *kmsg.MetadataRequest) (kmsg.Respon
 				resp.Topics = append(resp.Topics, s.metadataTopic(t))
 			}
 		}
+		if s.virtualOffsets(offsetsTopic) && (z == nil || z.Authorize(c.principal, c.ip, opDescribe, resTopic, offsetsTopic)) {
+			resp.Topics = append(resp.Topics, s.metadataOffsetsTopic())
+		}
 		return resp, nil
 	}
 	autoCreate := s.cfg.AutoCreateTopics && (req.Version < 4 || req.AllowAutoTopicCreation)
@@ -66,7 +69,10 @@ func (s *Server) handleMetadata(c *conn, req *kmsg.MetadataRequest) (kmsg.Respon
 			}
 		} else {
 			var code int16
-			if c.allowed(opDescribe, resTopic, *rt.Topic) {
+			if s.virtualOffsets(*rt.Topic) && c.allowed(opDescribe, resTopic, offsetsTopic) {
+				resp.Topics = append(resp.Topics, s.metadataOffsetsTopic())
+				continue
+			} else if c.allowed(opDescribe, resTopic, *rt.Topic) {
 				t, code = s.topicOrCreate(*rt.Topic, autoCreate && c.mayCreateTopic(*rt.Topic), &creates)
 			} else {
 				code = kerr.TopicAuthorizationFailed.Code
@@ -121,6 +127,9 @@ func (s *Server) topicOrCreate(name string, create bool, budget *int) (*topic, i
 	}
 	if err := validTopicName(name); err != nil {
 		return nil, kerr.InvalidTopicException.Code
+	}
+	if internalTopic(name) {
+		return nil, kerr.UnknownTopicOrPartition.Code // never created as an ordinary topic
 	}
 	if !create {
 		return nil, kerr.UnknownTopicOrPartition.Code

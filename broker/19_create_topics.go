@@ -85,6 +85,10 @@ func (s *Server) handleCreateTopics(c *conn, req *kmsg.CreateTopicsRequest) (kms
 			switch {
 			case errors.Is(err, errTopicExists):
 				fail(kerr.TopicAlreadyExists.Code, "topic '"+rt.Topic+"' already exists")
+			case errors.Is(err, errInternalTopic) && rt.Topic == offsetsTopic:
+				fail(kerr.TopicAlreadyExists.Code, "topic '"+rt.Topic+"' already exists (internal)")
+			case errors.Is(err, errInternalTopic):
+				fail(kerr.InvalidRequest.Code, "'"+rt.Topic+"' is reserved for a Kafka internal topic")
 			case errors.Is(err, errTopicDeleting):
 				fail(kerr.TopicAlreadyExists.Code, "topic '"+rt.Topic+"' is still being deleted: ask again")
 			case validTopicName(rt.Topic) != nil:

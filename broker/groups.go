@@ -165,6 +165,9 @@ func (s *Server) handleFindCoordinator(c *conn, req *kmsg.FindCoordinatorRequest
 		}
 		return code, msg, -1, "", -1
 	}
+	if req.CoordinatorType == 0 {
+		s.offsetsShown.Store(true) // as Kafka creates its offsets topic here
+	}
 	if req.Version < 4 {
 		resp.ErrorCode, resp.ErrorMessage, resp.NodeID, resp.Host, resp.Port = answer(req.CoordinatorKey)
 		return resp, nil

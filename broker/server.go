@@ -47,6 +47,8 @@ type Server struct {
 
 	sec *security // users, ACLs, SASL mechanisms (security.go)
 
+	offsetsShown atomic.Bool // the virtual __consumer_offsets is listed (internal_topics.go)
+
 	ctx    context.Context // cancelled on shutdown: ends long polls
 	cancel context.CancelFunc
 
@@ -145,6 +147,15 @@ func New(cfg Config) (*Server, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		err := s.openGroups(ctx)
 		cancel()
+		if err == nil {
+			if byState, _ := s.groups.Stats(); len(byState) > 0 {
+				for _, n := range byState {
+					if n > 0 {
+						s.offsetsShown.Store(true) // groups in use: Kafka would have its offsets topic
+					}
+				}
+			}
+		}
 		if err != nil {
 			close(s.maintDone) // maintain never ran: let Close proceed
 			s.Close()

@@ -283,6 +283,9 @@ func (r *registry) create(name string, partitions int32, configs map[string]stri
 	if err := validTopicName(name); err != nil {
 		return nil, err
 	}
+	if internalTopic(name) {
+		return nil, errInternalTopic
+	}
 	if partitions <= 0 {
 		return nil, fmt.Errorf("partition count %d must be positive", partitions)
 	}

@@ -49,15 +49,6 @@ RUNS=${KGO_SUITE_RUNS:-sasl-256 sasl-512 plaintext tls}
 #                     InitProducerId with a transactional id
 #                     (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); not implemented.
 #                     It does not fail then but runs into the test timeout.
-#   TestConsumeRegex  needs an internal topic in Metadata: it first tries
-#                     CreateTopics with config kfake.is_internal (Synapse:
-#                     INVALID_CONFIG, as Kafka), then FindCoordinator and waits
-#                     30 s for __consumer_offsets to be listed with
-#                     IsInternal=true, and checks that the regex consumer skips
-#                     it. Synapse keeps groups in its own store and lists no
-#                     __consumer_offsets topic (Metadata by name:
-#                     UNKNOWN_TOPIC_OR_PARTITION), so it fails after 45 s.
-#                     Not implemented: no internal topics.
 # In the tls run also (a franz-go test bug, not Synapse's):
 #   TestIssue769      adds Dialer(slowDialer) to newTestClient's options, which
 #                     with KGO_TEST_TLS include DialTLSConfig; kgo refuses the
@@ -67,8 +58,8 @@ RUNS=${KGO_SUITE_RUNS:-sasl-256 sasl-512 plaintext tls}
 # Tests that need KIP-848 (ConsumerGroupHeartbeat) or share groups (KIP-932,
 # ShareFetch) are not excluded here: they skip themselves because Synapse does
 # not advertise those APIs (ALLOWED_SKIPS). Everything else runs and must pass.
-EXCLUDED='^(TestTxnEtl|TestConsumeRegex)$'
-EXCLUDED_TLS='^(TestTxnEtl|TestConsumeRegex|TestIssue769)$'
+EXCLUDED='^(TestTxnEtl)$'
+EXCLUDED_TLS='^(TestTxnEtl|TestIssue769)$'
 EXCLUDED=${KGO_SUITE_EXCLUDE-$EXCLUDED}
 EXCLUDED_TLS=${KGO_SUITE_EXCLUDE-$EXCLUDED_TLS}
 
