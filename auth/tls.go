@@ -3,6 +3,8 @@ package auth
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"errors"
 	"fmt"
 	"os"
@@ -143,9 +145,14 @@ func (t *TLSConfig) load() (*tls.Config, string, error) {
 }
 
 // CertPrincipal is the principal of a client certificate: Kafka's default
-// mapping, "User:" and the subject's distinguished name (RFC 2253, e.g.
-// "User:CN=alice,O=example").
+// mapping, "User:" and the subject's distinguished name in RFC 2253 form,
+// in the certificate's own attribute order (as Java's X500Principal gives
+// it: "User:CN=alice,OU=b,OU=a,O=example"), not Go's reordered pkix.Name.
 func CertPrincipal(cert *x509.Certificate) string {
+	var rdns pkix.RDNSequence
+	if rest, err := asn1.Unmarshal(cert.RawSubject, &rdns); err == nil && len(rest) == 0 {
+		return "User:" + rdns.String()
+	}
 	return "User:" + cert.Subject.String()
 }
 

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/pem"
 	"math/big"
 	"net"
@@ -110,5 +111,21 @@ func TestCertPrincipal(t *testing.T) {
 	c := &x509.Certificate{Subject: pkix.Name{CommonName: "alice", Organization: []string{"example"}}}
 	if got := CertPrincipal(c); got != "User:CN=alice,O=example" {
 		t.Fatalf("principal %q", got)
+	}
+	// The subject as encoded (openssl -subj /CN=alice/O=example/OU=a/OU=b):
+	// RFC 2253 lists it last RDN first, each attribute its own RDN.
+	oid := func(o ...int) asn1.ObjectIdentifier { return o }
+	seq := pkix.RDNSequence{
+		{{Type: oid(2, 5, 4, 3), Value: "alice"}},
+		{{Type: oid(2, 5, 4, 10), Value: "example"}},
+		{{Type: oid(2, 5, 4, 11), Value: "a"}},
+		{{Type: oid(2, 5, 4, 11), Value: "b"}},
+	}
+	raw, err := asn1.Marshal(seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := CertPrincipal(&x509.Certificate{RawSubject: raw}); got != "User:OU=b,OU=a,O=example,CN=alice" {
+		t.Fatalf("principal %q, want Java's X500Principal form", got)
 	}
 }

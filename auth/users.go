@@ -311,10 +311,15 @@ func (u *Users) put(user, mechanism string, c credential) error {
 	return u.commitLocked(u.creds.with(user, m))
 }
 
-// SetPassword stores a credential for password: a random 32-byte salt, the
-// keys derived by xdg-go/scram (PBKDF2, no SASLprep, as Kafka).
+// SaltSize is the salt length SetPassword and the stand-in credentials
+// use: kadm's (and so `synapse user`'s) choice, so a stand-in looks like a
+// credential made with the defaults.
+const SaltSize = 24
+
+// SetPassword stores a credential for password: a random SaltSize-byte
+// salt, the keys derived by xdg-go/scram (PBKDF2, no SASLprep, as Kafka).
 func (u *Users) SetPassword(user, mechanism, password string, iterations int) error {
-	salt := make([]byte, 32)
+	salt := make([]byte, SaltSize)
 	rand.Read(salt)
 	if err := validateCredential(user, mechanism, iterations, salt); err != nil {
 		return err
@@ -551,7 +556,7 @@ func (u *Users) Lookup(user, mechanism string) (scram.StoredCredentials, bool) {
 // initSecrets makes the stand-in credentials of unknown users.
 func (u *Users) initSecrets() {
 	u.dummyOnce.Do(func() {
-		salt := make([]byte, 32)
+		salt := make([]byte, SaltSize)
 		rand.Read(salt)
 		key := make([]byte, 64)
 		rand.Read(key)
@@ -638,8 +643,12 @@ func (u *Users) CheckPlain(user, password string) bool {
 
 // standIn is the credential a SCRAM exchange uses for a user without one:
 // fixed per user and mechanism (a salt that changed between attempts would
-// tell the user does not exist), keys nobody knows. The exchange then fails
-// as a wrong password does, at the client's final message.
+// tell the user does not exist), keys nobody knows, shaped as a credential
+// made with the defaults (SaltSize, MinIterations: what `synapse user`,
+// kadm and kafka-configs.sh make unless told otherwise; a credential made
+// with other settings shows in its salt and iterations, as in Kafka). The
+// exchange then fails as a wrong password does, at the client's final
+// message.
 func (u *Users) standIn(user, mechanism string) scram.StoredCredentials {
 	u.initSecrets()
 	_, size, _ := scramHash(mechanism)
@@ -647,7 +656,7 @@ func (u *Users) standIn(user, mechanism string) scram.StoredCredentials {
 	mac.Write([]byte(mechanism))
 	mac.Write([]byte{0})
 	mac.Write([]byte(user))
-	salt := mac.Sum(nil)
+	salt := mac.Sum(nil)[:SaltSize]
 	key := make([]byte, size)
 	rand.Read(key)
 	return scram.StoredCredentials{

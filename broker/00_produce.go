@@ -31,7 +31,7 @@ import (
 //   - Transactional batches are refused (INVALID_TXN_STATE): transactions are
 //     not implemented.
 //   - Unknown topics are auto-created when enabled (and, with ACLs, the
-//     principal may CREATE them).
+//     principal may CREATE them: else TOPIC_AUTHORIZATION_FAILED).
 //   - With ACLs: WRITE on each topic (else TOPIC_AUTHORIZATION_FAILED) and,
 //     for a transactional id, WRITE on it (else
 //     TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
@@ -66,7 +66,7 @@ func (s *Server) handleProduce(c *conn, req *kmsg.ProduceRequest) (kmsg.Response
 		case internalTopic(rt.Topic) && s.reg.get(rt.Topic) == nil:
 			code = kerr.InvalidTopicException.Code // clients never append to internal topics
 		default:
-			t, code = s.topicOrCreate(rt.Topic, s.cfg.AutoCreateTopics && c.mayCreateTopic(rt.Topic), &creates)
+			t, code = s.topicOrCreate(c, rt.Topic, s.cfg.AutoCreateTopics, &creates)
 		}
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewProduceResponseTopicPartition()

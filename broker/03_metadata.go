@@ -28,7 +28,7 @@ import (
 //   - With ACLs, listing all topics leaves out those the principal may not
 //     DESCRIBE; a named one it may not describe is
 //     TOPIC_AUTHORIZATION_FAILED; auto-creation needs CREATE (on the
-//     cluster or the topic), else the topic is UNKNOWN_TOPIC_OR_PARTITION.
+//     cluster or the topic), else TOPIC_AUTHORIZATION_FAILED (as Kafka).
 func (s *Server) handleMetadata(c *conn, req *kmsg.MetadataRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.MetadataResponse)
 	b := kmsg.NewMetadataResponseBroker()
@@ -73,7 +73,7 @@ func (s *Server) handleMetadata(c *conn, req *kmsg.MetadataRequest) (kmsg.Respon
 				resp.Topics = append(resp.Topics, s.metadataOffsetsTopic())
 				continue
 			} else if c.allowed(opDescribe, resTopic, *rt.Topic) {
-				t, code = s.topicOrCreate(*rt.Topic, autoCreate && c.mayCreateTopic(*rt.Topic), &creates)
+				t, code = s.topicOrCreate(c, *rt.Topic, autoCreate, &creates)
 			} else {
 				code = kerr.TopicAuthorizationFailed.Code
 			}
@@ -119,9 +119,10 @@ func (s *Server) metadataTopic(t *topic) kmsg.MetadataResponseTopic {
 const maxAutoCreates = 64
 
 // topicOrCreate finds a topic, creating it if allowed (and the request's
-// budget of creates, if not nil, is not spent). A nil topic comes
+// budget of creates, if not nil, is not spent, and c's principal may CREATE
+// it: else TOPIC_AUTHORIZATION_FAILED, as Kafka answers). A nil topic comes
 // with the error code to answer.
-func (s *Server) topicOrCreate(name string, create bool, budget *int) (*topic, int16) {
+func (s *Server) topicOrCreate(c *conn, name string, create bool, budget *int) (*topic, int16) {
 	if t := s.reg.get(name); t != nil {
 		return t, 0
 	}
@@ -133,6 +134,9 @@ func (s *Server) topicOrCreate(name string, create bool, budget *int) (*topic, i
 	}
 	if !create {
 		return nil, kerr.UnknownTopicOrPartition.Code
+	}
+	if !c.mayCreateTopic(name) {
+		return nil, kerr.TopicAuthorizationFailed.Code
 	}
 	if budget != nil {
 		if *budget <= 0 {

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"net/netip"
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -24,6 +25,24 @@ import (
 //     named kafka-cluster, a principal without "Type:") are
 //     INVALID_REQUEST with the reason.
 
+// normHost writes an IP host of an ACL as the broker writes clients'
+// addresses (Go's form, IPv4-mapped IPv6 as IPv4), so Java's
+// "0:0:0:0:0:0:0:1" matches a client at ::1; "*" and names stay as given.
+func normHost(h string) string {
+	if a, err := netip.ParseAddr(h); err == nil {
+		return a.Unmap().String()
+	}
+	return h
+}
+
+func normHostPtr(h *string) *string {
+	if h == nil {
+		return nil
+	}
+	n := normHost(*h)
+	return &n
+}
+
 func aclFilterAny() auth.ACLFilter {
 	return auth.ACLFilter{
 		ResourceType: kmsg.ACLResourceTypeAny, PatternType: kmsg.ACLResourcePatternTypeAny,
@@ -42,7 +61,7 @@ func (s *Server) handleDescribeACLs(c *conn, req *kmsg.DescribeACLsRequest) (kms
 	resp := req.ResponseKind().(*kmsg.DescribeACLsResponse)
 	f := auth.ACLFilter{
 		ResourceType: req.ResourceType, ResourceName: req.ResourceName, PatternType: req.ResourcePatternType,
-		Principal: req.Principal, Host: req.Host, Operation: req.Operation, Permission: req.PermissionType,
+		Principal: req.Principal, Host: normHostPtr(req.Host), Operation: req.Operation, Permission: req.PermissionType,
 	}
 	switch {
 	case s.sec.authz == nil:
@@ -98,7 +117,7 @@ func (s *Server) handleCreateACLs(c *conn, req *kmsg.CreateACLsRequest) (kmsg.Re
 	for i, cr := range req.Creations {
 		acls[i] = auth.ACL{
 			ResourceType: cr.ResourceType, ResourceName: cr.ResourceName, PatternType: cr.ResourcePatternType,
-			Principal: cr.Principal, Host: cr.Host, Operation: cr.Operation, Permission: cr.PermissionType,
+			Principal: cr.Principal, Host: normHost(cr.Host), Operation: cr.Operation, Permission: cr.PermissionType,
 		}
 	}
 	errs, err := s.sec.acls.Create(acls)
@@ -139,7 +158,7 @@ func (s *Server) handleDeleteACLs(c *conn, req *kmsg.DeleteACLsRequest) (kmsg.Re
 	for i, rf := range req.Filters {
 		f := auth.ACLFilter{
 			ResourceType: rf.ResourceType, ResourceName: rf.ResourceName, PatternType: rf.ResourcePatternType,
-			Principal: rf.Principal, Host: rf.Host, Operation: rf.Operation, Permission: rf.PermissionType,
+			Principal: rf.Principal, Host: normHostPtr(rf.Host), Operation: rf.Operation, Permission: rf.PermissionType,
 		}
 		if validFilter(f) {
 			filters = append(filters, f)

@@ -80,7 +80,7 @@ func TestACLsInHandlers(t *testing.T) {
 	rt.Topic = kmsg.StringPtr("nocreate")
 	req.Topics, req.AllowAutoTopicCreation = append(req.Topics, rt), true
 	mresp, err := req.RequestWith(ctx, w.user)
-	if err != nil || mresp.Topics[0].ErrorCode != kerr.UnknownTopicOrPartition.Code || w.ss.reg.get("nocreate") != nil {
+	if err != nil || mresp.Topics[0].ErrorCode != kerr.TopicAuthorizationFailed.Code || w.ss.reg.get("nocreate") != nil {
 		t.Fatalf("auto-create without CREATE: %v %+v", err, mresp)
 	}
 
@@ -145,6 +145,41 @@ func TestACLsInHandlers(t *testing.T) {
 		t.Fatalf("InitProducerId with WRITE on a topic: %v %+v", err, iresp)
 	}
 
+	// OffsetFetch v8 naming a group twice, once for all topics: only
+	// topics u may describe come back.
+	{
+		cl, err := kgo.NewClient(kgo.SeedBrokers(w.ss.addrs[SASLPlaintext]), kgo.SASL(scram.Auth{User: "admin", Pass: testAdminPassword}.AsSha512Mechanism()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kadm.NewClient(cl).CommitOffsets(ctx, "g-dup", kadm.OffsetsFromRecords(kgo.Record{Topic: "hidden", Partition: 0, Offset: 41})); err != nil {
+			t.Fatal(err)
+		}
+		cl.Close()
+		w.grant(t, kadm.NewACLs().Allow("User:u").Groups("g-dup").Operations(kadm.OpDescribe))
+		of := kmsg.NewPtrOffsetFetchRequest()
+		of.Version = 8
+		all := kmsg.NewOffsetFetchRequestGroup()
+		all.Group = "g-dup"
+		named := kmsg.NewOffsetFetchRequestGroup()
+		named.Group = "g-dup"
+		nt := kmsg.NewOffsetFetchRequestGroupTopic()
+		nt.Topic, nt.Partitions = "visible", []int32{0}
+		named.Topics = append(named.Topics, nt)
+		of.Groups = append(of.Groups, all, named)
+		raw, err := w.user.Broker(0).Request(ctx, of)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range raw.(*kmsg.OffsetFetchResponse).Groups {
+			for _, tp := range g.Topics {
+				if tp.Topic == "hidden" {
+					t.Fatalf("OffsetFetch v8 answered offsets of a topic u may not describe: %+v", tp)
+				}
+			}
+		}
+	}
+
 	// Groups: ListGroups shows only what u may describe.
 	for _, g := range []string{"g-mine", "g-other"} {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(w.ss.addrs[SASLPlaintext]), kgo.SASL(scram.Auth{User: "admin", Pass: testAdminPassword}.AsSha512Mechanism()))
@@ -158,7 +193,7 @@ func TestACLsInHandlers(t *testing.T) {
 	}
 	w.grant(t, kadm.NewACLs().Allow("User:u").Groups("g-mine").Operations(kadm.OpDescribe))
 	lg, err := ua.ListGroups(ctx)
-	if err != nil || len(lg) != 1 || lg["g-mine"].Group != "g-mine" {
+	if _, other := lg["g-other"]; err != nil || len(lg) != 2 || lg["g-mine"].Group != "g-mine" || other {
 		t.Fatalf("ListGroups as u: %v %+v", err, lg)
 	}
 	of, err := ua.FetchOffsets(ctx, "g-other")

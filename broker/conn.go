@@ -41,6 +41,7 @@ type conn struct {
 	rawSASL    bool         // after a v0 handshake: the next frames are bare SASL tokens
 	expires    time.Time    // end of the SASL session (KIP-368); zero: none
 	closeAfter bool         // close once the current response is written (failed authentication)
+	accepted   time.Time    // when the connection was accepted (the pre-authentication deadline)
 
 	frame   []byte // request buffer, reused while small
 	out     []byte // response buffer, reused while small
@@ -71,8 +72,8 @@ func newConn(s *Server, nc net.Conn, lis *listener) *conn {
 	}
 	br := readers.Get().(*bufio.Reader)
 	br.Reset(nc)
-	return &conn{s: s, raw: nc, nc: nc, br: br, host: "/" + host, ip: host,
-		lis: lis, principal: auth.Anonymous, authed: !lis.usesSASL()}
+	return &conn{s: s, raw: nc, nc: nc, br: br, host: "/" + host, ip: normHost(host),
+		lis: lis, principal: auth.Anonymous, authed: !lis.usesSASL(), accepted: time.Now()}
 }
 
 // closeIfIdle closes the connection now if it is between requests; a busy
@@ -126,9 +127,12 @@ func (c *conn) serve() {
 		c.nc.SetReadDeadline(c.readDeadline())
 		var frame []byte
 		var err error
-		if c.partial != nil { // a pipelined frame whose rest had not arrived
+		switch {
+		case c.partial != nil: // a pipelined frame whose rest had not arrived
 			frame, err = c.finishPartial()
-		} else {
+		case c.rawSASL:
+			frame, err = c.readToken()
+		default:
 			frame, err = protocol.ReadFrame(c.br, c.frame[:0], c.maxFrame())
 		}
 		if err != nil {
@@ -148,7 +152,6 @@ func (c *conn) serve() {
 				log.Debug("closing connection", zap.Stringer("remote", c.nc.RemoteAddr()), zap.Error(err))
 				return
 			}
-			c.frame = frame[:0]
 			if !c.setBusy(false) {
 				return
 			}
@@ -354,6 +357,9 @@ func (c *conn) finishPartial() ([]byte, error) {
 // handleFrame parses and handles one request. A nil response with a nil
 // error means no response (acks=0 produce). An error closes the connection.
 func (c *conn) handleFrame(frame []byte) (resp kmsg.Response, corr int32, err error) {
+	if err := c.admitFrame(frame); err != nil {
+		return nil, 0, err
+	}
 	req, err := protocol.Parse(frame)
 	if err != nil {
 		if req != nil && req.Key == 18 && errors.Is(err, protocol.ErrUnsupportedVersion) {

@@ -156,7 +156,7 @@ func (s *Server) handleFindCoordinator(c *conn, req *kmsg.FindCoordinatorRequest
 		case req.CoordinatorType != 0 && req.CoordinatorType != 1:
 			code = kerr.InvalidRequest.Code
 			msg = kmsg.StringPtr(fmt.Sprintf("unsupported coordinator key type %d", req.CoordinatorType))
-		case req.CoordinatorType == 0 && !c.allowed(opDescribe, resGroup, key):
+		case req.CoordinatorType == 0 && !c.allowed(opDescribe, resGroup, groupName(key)):
 			code = kerr.GroupAuthorizationFailed.Code
 		case req.CoordinatorType == 1 && !c.allowed(opDescribe, resTxnID, key):
 			code = kerr.TransactionalIDAuthorizationFailed.Code

@@ -2,6 +2,8 @@ package broker
 
 import (
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -19,28 +21,28 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 	groupDenied := kerr.GroupAuthorizationFailed.Code
 	switch b := req.Body.(type) {
 	case *kmsg.JoinGroupRequest:
-		if !c.allowed(opRead, resGroup, b.Group) {
+		if !c.allowed(opRead, resGroup, groupName(b.Group)) {
 			resp := b.ResponseKind().(*kmsg.JoinGroupResponse)
 			resp.ErrorCode, resp.MemberID, resp.Generation = groupDenied, b.MemberID, -1
 			return resp, nil
 		}
 		return s.groups.JoinGroup(s.ctx, b, s.clientOf(c, req.ClientID)), nil
 	case *kmsg.SyncGroupRequest:
-		if !c.allowed(opRead, resGroup, b.Group) {
+		if !c.allowed(opRead, resGroup, groupName(b.Group)) {
 			resp := b.ResponseKind().(*kmsg.SyncGroupResponse)
 			resp.ErrorCode = groupDenied
 			return resp, nil
 		}
 		return s.groups.SyncGroup(s.ctx, b), nil
 	case *kmsg.HeartbeatRequest:
-		if !c.allowed(opRead, resGroup, b.Group) {
+		if !c.allowed(opRead, resGroup, groupName(b.Group)) {
 			resp := b.ResponseKind().(*kmsg.HeartbeatResponse)
 			resp.ErrorCode = groupDenied
 			return resp, nil
 		}
 		return s.groups.Heartbeat(b), nil
 	case *kmsg.LeaveGroupRequest:
-		if !c.allowed(opRead, resGroup, b.Group) {
+		if !c.allowed(opRead, resGroup, groupName(b.Group)) {
 			resp := b.ResponseKind().(*kmsg.LeaveGroupResponse)
 			resp.ErrorCode = groupDenied
 			return resp, nil
@@ -56,7 +58,7 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 		var denied []string
 		keep := b.Groups[:0:0]
 		for _, g := range b.Groups {
-			if c.allowed(opDescribe, resGroup, g) {
+			if c.allowed(opDescribe, resGroup, groupName(g)) {
 				keep = append(keep, g)
 			} else {
 				denied = append(denied, g)
@@ -75,7 +77,7 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 		if s.sec.authz != nil && !s.sec.authz.Authorize(c.principal, c.ip, opDescribe, resCluster, clusterName) {
 			keep := resp.Groups[:0]
 			for _, g := range resp.Groups {
-				if s.sec.authz.Authorize(c.principal, c.ip, opDescribe, resGroup, g.Group) {
+				if s.sec.authz.Authorize(c.principal, c.ip, opDescribe, resGroup, groupName(g.Group)) {
 					keep = append(keep, g)
 				}
 			}
@@ -86,7 +88,7 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 		var denied []string
 		keep := b.Groups[:0:0]
 		for _, g := range b.Groups {
-			if c.allowed(opDelete, resGroup, g) {
+			if c.allowed(opDelete, resGroup, groupName(g)) {
 				keep = append(keep, g)
 			} else {
 				denied = append(denied, g)
@@ -104,8 +106,17 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 	return nil, fmt.Errorf("no handler for %s", kmsg.NameForKey(req.Key))
 }
 
+// groupName is a group id as the coordinator keeps it: invalid UTF-8
+// becomes U+FFFD (group.clean), so ACLs are checked on the name acted on.
+func groupName(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
 func (s *Server) offsetCommit(c *conn, b *kmsg.OffsetCommitRequest) kmsg.Response {
-	groupOK := c.allowed(opRead, resGroup, b.Group)
+	groupOK := c.allowed(opRead, resGroup, groupName(b.Group))
 	var denied []kmsg.OffsetCommitRequestTopic
 	keep := b.Topics[:0:0]
 	for _, t := range b.Topics {
@@ -141,7 +152,7 @@ func (s *Server) offsetCommit(c *conn, b *kmsg.OffsetCommitRequest) kmsg.Respons
 
 func (s *Server) offsetFetch(c *conn, b *kmsg.OffsetFetchRequest) kmsg.Response {
 	if b.Version < 8 {
-		if !c.allowed(opDescribe, resGroup, b.Group) {
+		if !c.allowed(opDescribe, resGroup, groupName(b.Group)) {
 			resp := b.ResponseKind().(*kmsg.OffsetFetchResponse)
 			resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
 			for _, t := range b.Topics { // v0-1 carry the error per partition
@@ -200,7 +211,7 @@ func (s *Server) offsetFetch(c *conn, b *kmsg.OffsetFetchRequest) kmsg.Response 
 	var deniedTopics []deniedTopic
 	keepGroups := b.Groups[:0:0]
 	for _, g := range b.Groups {
-		if !c.allowed(opDescribe, resGroup, g.Group) {
+		if !c.allowed(opDescribe, resGroup, groupName(g.Group)) {
 			deniedGroups = append(deniedGroups, g.Group)
 			continue
 		}
@@ -217,15 +228,11 @@ func (s *Server) offsetFetch(c *conn, b *kmsg.OffsetFetchRequest) kmsg.Response 
 		}
 		keepGroups = append(keepGroups, g)
 	}
-	allTopics := map[string]bool{}
-	for _, g := range keepGroups {
-		allTopics[g.Group] = g.Topics == nil
-	}
 	b.Groups = keepGroups
 	resp := s.groups.OffsetFetch(b)
 	for i := range resp.Groups {
 		g := &resp.Groups[i]
-		if allTopics[g.Group] && s.sec.authz != nil {
+		if s.sec.authz != nil { // (named topics were checked above; all topics are filtered here)
 			keep := g.Topics[:0]
 			for _, t := range g.Topics {
 				if s.sec.authz.Authorize(c.principal, c.ip, opDescribe, resTopic, t.Topic) {
@@ -257,7 +264,7 @@ func (s *Server) offsetFetch(c *conn, b *kmsg.OffsetFetchRequest) kmsg.Response 
 }
 
 func (s *Server) offsetDelete(c *conn, b *kmsg.OffsetDeleteRequest) kmsg.Response {
-	if !c.allowed(opDelete, resGroup, b.Group) {
+	if !c.allowed(opDelete, resGroup, groupName(b.Group)) {
 		resp := b.ResponseKind().(*kmsg.OffsetDeleteResponse)
 		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
 		return resp

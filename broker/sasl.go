@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -31,7 +32,8 @@ var (
 	// finishes one holds nothing past it). A variable for tests.
 	tlsHandshakeTimeout = 10 * time.Second
 	// preAuthTimeout bounds how long a SASL connection may stay
-	// unauthenticated between two requests. A variable for tests.
+	// unauthenticated (from accept, however many requests it sends) and how
+	// long a re-authentication may take. A variable for tests.
 	preAuthTimeout = 30 * time.Second
 )
 
@@ -57,12 +59,19 @@ func (c *conn) startTLS() error {
 }
 
 func (c *conn) readDeadline() time.Time {
-	d := c.s.cfg.IdleTimeout
-	if !c.authed {
-		d = min(d, preAuthTimeout)
-	}
-	t := time.Now().Add(d)
-	if !c.expires.IsZero() && c.expires.Before(t) {
+	t := time.Now().Add(c.s.cfg.IdleTimeout)
+	switch {
+	case !c.authed:
+		// One deadline from accept: ApiVersions every few seconds does not
+		// keep an unauthenticated connection (and its slot) for ever.
+		t = c.accepted.Add(preAuthTimeout)
+	case c.session != nil:
+		// A re-authentication under way may finish past the old
+		// session's end, within its own bound.
+		if r := time.Now().Add(preAuthTimeout); r.Before(t) {
+			t = r
+		}
+	case !c.expires.IsZero() && c.expires.Before(t):
 		// A session past its lifetime is closed, not left idle (KIP-368).
 		t = c.expires
 	}
@@ -96,6 +105,33 @@ func (c *conn) admit(key int16) error {
 	return nil
 }
 
+// admitFrame is admit on a frame's api key, before the body is decoded:
+// an unauthenticated client gets no decoding of anything but the keys it
+// may send.
+func (c *conn) admitFrame(frame []byte) error {
+	if c.authed || len(frame) < 2 {
+		return nil
+	}
+	return c.admit(int16(binary.BigEndian.Uint16(frame)))
+}
+
+// readToken reads a bare SASL token (a v0 exchange): a size, then that
+// many bytes, at most preAuthMaxFrame; unlike a request it may be short
+// or empty.
+func (c *conn) readToken() ([]byte, error) {
+	var size [4]byte
+	if _, err := io.ReadFull(c.br, size[:]); err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint32(size[:]))
+	if n > preAuthMaxFrame {
+		return nil, fmt.Errorf("%w: SASL token of %d bytes", errAuthClose, n)
+	}
+	tok := make([]byte, n)
+	_, err := io.ReadFull(c.br, tok)
+	return tok, err
+}
+
 // SaslHandshake: v0-1
 //
 // Behavior:
@@ -108,17 +144,20 @@ func (c *conn) admit(key int16) error {
 func (s *Server) handleSaslHandshake(c *conn, req *kmsg.SASLHandshakeRequest) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.SASLHandshakeResponse)
 	resp.SupportedMechanisms = s.sec.mechs
+	// A refused handshake closes the connection after its answer, as in
+	// Kafka: a client cannot keep an unauthenticated connection open by
+	// asking again.
 	switch {
 	case !c.lis.usesSASL() || c.session != nil || (c.authed && (req.Version == 0 || req.Mechanism != c.mech)):
-		resp.ErrorCode = kerr.IllegalSaslState.Code
+		resp.ErrorCode, c.closeAfter = kerr.IllegalSaslState.Code, !c.authed || c.session != nil
 		return resp, nil
 	case !slices.Contains(s.sec.mechs, req.Mechanism):
-		resp.ErrorCode = kerr.UnsupportedSaslMechanism.Code
+		resp.ErrorCode, c.closeAfter = kerr.UnsupportedSaslMechanism.Code, !c.authed
 		return resp, nil
 	}
 	sess, err := s.newSASLSession(req.Mechanism)
 	if err != nil {
-		resp.ErrorCode = kerr.UnsupportedSaslMechanism.Code
+		resp.ErrorCode, c.closeAfter = kerr.UnsupportedSaslMechanism.Code, !c.authed
 		return resp, nil
 	}
 	c.session, c.mech, c.rawSASL = sess, req.Mechanism, req.Version == 0

@@ -517,3 +517,50 @@ func TestAuthorizationAllocatesNothingPerPartition(t *testing.T) {
 		t.Fatalf("a 64-partition fetch allocates %.0f times with ACLs, %.0f without", with, without)
 	}
 }
+
+// The pre-authentication deadline runs from accept: requests do not extend
+// it, and a refused handshake closes the connection.
+func TestSASLPreAuthDeadlineFromAccept(t *testing.T) {
+	old := preAuthTimeout
+	preAuthTimeout = 400 * time.Millisecond
+	defer func() { preAuthTimeout = old }()
+	ss := startSecure(t, Config{}, SASLPlaintext)
+	r := dialSASL(t, ss.addrs[SASLPlaintext])
+	start := time.Now()
+	for time.Since(start) < 2*time.Second {
+		r.send(kmsg.NewPtrApiVersionsRequest())
+		if err := r.recv(kmsg.NewPtrApiVersionsResponse()); err != nil {
+			break // closed: as wanted
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if took := time.Since(start); took >= 2*time.Second {
+		t.Fatalf("an unauthenticated connection sending ApiVersions stayed open %s", took)
+	}
+	r = dialSASL(t, ss.addrs[SASLPlaintext])
+	r.send(handshake("GSSAPI", 1))
+	if err := r.recv(kmsg.NewPtrSASLHandshakeResponse()); err != nil {
+		t.Fatal(err)
+	}
+	if !r.closed() {
+		t.Fatal("a refused SaslHandshake left the connection open")
+	}
+}
+
+// A bare v0 token may be shorter than a request (PLAIN "\x00u\x00pw").
+func TestSASLShortBareToken(t *testing.T) {
+	ss := startSecure(t, Config{}, SASLPlaintext)
+	if err := ss.sec.users.SetPassword("u", auth.ScramSHA256, "pw", 4096); err != nil {
+		t.Fatal(err)
+	}
+	r := dialSASL(t, ss.addrs[SASLPlaintext])
+	r.send(handshake(auth.Plain, 0))
+	if err := r.recv(kmsg.NewPtrSASLHandshakeResponse()); err != nil {
+		t.Fatal(err)
+	}
+	tok := []byte("\x00u\x00pw")
+	r.c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(tok))), tok...))
+	if reply, err := r.frame(); err != nil || len(reply) != 0 {
+		t.Fatalf("5-byte bare token: %x %v", reply, err)
+	}
+}

@@ -56,7 +56,7 @@ func (o *securityOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.oauthClaim, "sasl-oauthbearer-principal-claim", "sub", "OAUTHBEARER: the claim that names the principal")
 	fs.BoolVar(&o.oauthUnsecured, "sasl-oauthbearer-unsecured", false, "DEVELOPMENT ONLY: accept unsigned OAUTHBEARER tokens (alg none; expiry still checked), as Kafka's unsecured validator")
 	fs.StringVar(&o.authorizer, "authorizer", "none", "none (every authenticated client may do anything) or acl (Kafka ACLs, managed with CreateAcls/DeleteAcls)")
-	fs.StringVar(&o.superUsers, "super-users", "", "principals that bypass ACLs, separated by ';' or ',' (e.g. User:admin;User:CN=ops)")
+	fs.StringVar(&o.superUsers, "super-users", "", "principals that bypass ACLs, separated by ';' as in Kafka's super.users (e.g. User:alice;User:CN=ops,O=example)")
 	fs.BoolVar(&o.allowIfNoACL, "allow-everyone-if-no-acl-found", false, "with --authorizer acl: allow access to resources no ACL matches (Kafka's allow.everyone.if.no.acl.found)")
 	fs.StringVar(&o.adminPasswordFile, "admin-password-file", "", "file holding the password of the super user admin, created (SCRAM-SHA-256/512, PLAIN) at first start; or set SYNAPSE_ADMIN_PASSWORD")
 	fs.StringVar(&o.auditLog, "audit-log", "", "where the audit log goes, as JSON lines: a file path, or empty for the main log (logger \"audit\")")
@@ -175,6 +175,9 @@ func (o *serveOptions) securityConfig(cfg *broker.Config, specs []listenerSpec, 
 		}
 		cfg.OAuth = v
 	}
+	if cfg.OAuth != nil && (os.Getenv("SYNAPSE_ADMIN_PASSWORD") != "" || sec.adminPasswordFile != "") {
+		logger.Warn("OAUTHBEARER is enabled with an admin password: a token whose principal is User:admin is the super user too")
+	}
 	if sec.oauthUnsecured {
 		logger.Warn("--sasl-oauthbearer-unsecured: UNSIGNED OAUTHBEARER TOKENS ARE ACCEPTED; anyone can claim any principal. Development only.")
 	}
@@ -184,7 +187,7 @@ func (o *serveOptions) securityConfig(cfg *broker.Config, specs []listenerSpec, 
 		cfg.FailedAuthDelay = -1 // 0 on the command line: none
 	}
 	cfg.Authorize = sec.authorizer == "acl"
-	cfg.SuperUsers = splitList(sec.superUsers, ";,")
+	cfg.SuperUsers = splitList(sec.superUsers, ";") // not ",": certificate principals have commas
 	cfg.AllowEveryoneIfNoACL = sec.allowIfNoACL
 	if pw := os.Getenv("SYNAPSE_ADMIN_PASSWORD"); pw != "" {
 		cfg.AdminPassword = pw

@@ -59,7 +59,7 @@ func TestServeListenersAndUsers(t *testing.T) {
 		t.Fatalf("user create: %v %q %s", err, out, stderr)
 	}
 	out, _, err := run(t, ctx, append([]string{"user", "list"}, args...)...)
-	if err != nil || !strings.Contains(out, "bob    SCRAM-SHA-512  8192") || !strings.Contains(out, "admin") {
+	if err != nil || !strings.Contains(out, "bob    SCRAM-SHA-512  4096") || !strings.Contains(out, "admin") {
 		t.Fatalf("user list: %v\n%s", err, out)
 	}
 	if _, _, err := run(t, ctx, "user", "list", "--bootstrap-server", plainAddr, "--timeout", "2s"); err == nil || !strings.Contains(err.Error(), "CLUSTER_AUTHORIZATION_FAILED") {
