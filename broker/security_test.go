@@ -473,7 +473,7 @@ func adminClient(t *testing.T, addr string) *kadm.Client {
 
 // Authorizing a fetch costs no allocation per partition: a fetch of 64
 // partitions allocates as much with ACLs on (allowed by a prefixed ACL) as
-// without an authorizer.
+// without an authorizer (within the race detector's pool noise).
 func TestAuthorizationAllocatesNothingPerPartition(t *testing.T) {
 	ss := startSecure(t, Config{Authorize: true}, SASLPlaintext)
 	if _, err := ss.reg.create("alloc-topic", 64, nil, false); err != nil {
@@ -513,7 +513,9 @@ func TestAuthorizationAllocatesNothingPerPartition(t *testing.T) {
 	ss.sec.authz = nil
 	without := measure()
 	ss.sec.authz = authz
-	if with != without {
+	// sync.Pool drops items at random under the race detector, so counts
+	// wobble by one or two; an allocation per partition would be 64 more.
+	if with > without+2 {
 		t.Fatalf("a 64-partition fetch allocates %.0f times with ACLs, %.0f without", with, without)
 	}
 }
