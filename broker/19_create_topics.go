@@ -105,7 +105,11 @@ func (s *Server) handleCreateTopics(c *conn, req *kmsg.CreateTopicsRequest) (kms
 		}
 		st.TopicID = t.id
 		st.NumPartitions, st.ReplicationFactor = n, 1
-		st.Configs = s.createTopicsConfigs(t.configs)
+		if c.allowed(opDescribeConfigs, resTopic, rt.Topic) {
+			st.Configs = s.createTopicsConfigs(t.configs)
+		} else {
+			st.ConfigErrorCode = kerr.TopicAuthorizationFailed.Code // v5+: created, configs not shown (as Kafka)
+		}
 		resp.Topics = append(resp.Topics, st)
 	}
 	return resp, nil

@@ -92,6 +92,16 @@ func TestACLsInHandlers(t *testing.T) {
 	if _, err := ua.CreateTopic(ctx, 1, 1, nil, "mine"); err != nil {
 		t.Fatalf("CreateTopics with CREATE on the topic: %v", err)
 	}
+	// Created with CREATE alone: the v5+ answer withholds the configs.
+	w.grant(t, kadm.NewACLs().Allow("User:u").Topics("mine2").Operations(kadm.OpCreate))
+	ct := kmsg.NewPtrCreateTopicsRequest()
+	ctt := kmsg.NewCreateTopicsRequestTopic()
+	ctt.Topic, ctt.NumPartitions, ctt.ReplicationFactor = "mine2", 1, 1
+	ct.Topics = append(ct.Topics, ctt)
+	ctr, err := ct.RequestWith(ctx, w.user)
+	if err != nil || ctr.Topics[0].ErrorCode != 0 || ctr.Topics[0].ConfigErrorCode != kerr.TopicAuthorizationFailed.Code || len(ctr.Topics[0].Configs) != 0 {
+		t.Fatalf("CreateTopics with CREATE but not DESCRIBE_CONFIGS: %v %+v", err, ctr)
+	}
 	if _, err := ua.DeleteTopic(ctx, "visible"); !errors.Is(err, kerr.TopicAuthorizationFailed) {
 		t.Fatalf("DeleteTopics without DELETE: %v", err)
 	}
