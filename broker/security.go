@@ -8,9 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -45,17 +43,7 @@ type security struct {
 	authOK, authFailed map[string]*atomic.Int64
 	denied             atomic.Int64 // requests (resources) refused by ACLs
 
-	mirrors [2]securityMirror // users, ACLs
-}
-
-// securityMirror is one file waiting to be copied to the bucket.
-type securityMirror struct {
-	key      string
-	mu       sync.Mutex // one copy at a time
-	bmu      sync.Mutex
-	b        []byte
-	changes  uint64
-	mirrored uint64
+	mirrors [2]metaMirror // users, ACLs
 }
 
 // SASL mechanisms a listener can offer.
@@ -101,10 +89,10 @@ func (s *Server) openSecurity() (*security, error) {
 	sec.users.SetPersist(s.persistSecurity(usersFile, &sec.mirrors[0]))
 	sec.acls.SetPersist(s.persistSecurity(aclsFile, &sec.mirrors[1]))
 	if ub != nil {
-		sec.mirrors[0].b, sec.mirrors[0].changes = ub, 1 // mirrored again at each start
+		sec.mirrors[0].queue(ub) // mirrored again at each start
 	}
 	if ab != nil {
-		sec.mirrors[1].b, sec.mirrors[1].changes = ab, 1
+		sec.mirrors[1].queue(ab)
 	}
 	supers := slices.Clone(cfg.SuperUsers)
 	if cfg.AdminPassword != "" {
@@ -170,17 +158,14 @@ func restoreSecurityFiles(ctx context.Context, dataDir string, t *tiering.Tier, 
 
 // persistSecurity returns the persist hook of a store: the atomic file
 // first, then the bytes queued for the bucket.
-func (s *Server) persistSecurity(name string, m *securityMirror) func([]byte) error {
+func (s *Server) persistSecurity(name string, m *metaMirror) func([]byte) error {
 	path := filepath.Join(s.cfg.DataDir, name)
 	return func(b []byte) error {
 		if err := log.WriteFileAtomicPerm(log.OSFS, path, b, 0o600); err != nil {
 			return err
 		}
 		if s.cfg.Tier != nil {
-			m.bmu.Lock()
-			m.b = b
-			m.changes++
-			m.bmu.Unlock()
+			m.queue(b)
 			s.kickTiering()
 		}
 		return nil
@@ -191,24 +176,7 @@ func (s *Server) persistSecurity(name string, m *securityMirror) func([]byte) er
 // retried by the next maintenance pass).
 func (s *Server) mirrorSecurity(ctx context.Context) {
 	for i := range s.sec.mirrors {
-		m := &s.sec.mirrors[i]
-		m.mu.Lock()
-		m.bmu.Lock()
-		b, n := m.b, m.changes
-		done := n == m.mirrored
-		m.bmu.Unlock()
-		if !done && b != nil {
-			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			if err := s.cfg.Tier.PutMeta(cctx, m.key, b); err != nil {
-				s.logger.Warn("mirror to the tiered store", zap.String("key", m.key), zap.Error(err))
-			} else {
-				m.bmu.Lock()
-				m.mirrored = n
-				m.bmu.Unlock()
-			}
-			cancel()
-		}
-		m.mu.Unlock()
+		s.sec.mirrors[i].copy(ctx, s.cfg.Tier, s.logger)
 	}
 }
 

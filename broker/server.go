@@ -37,13 +37,9 @@ type Server struct {
 	// registry's lock, copied by the maintenance loop (never under that
 	// lock, so a slow bucket cannot stall the requests that look topics
 	// up).
-	mirrorMu       sync.Mutex  // one copy of topics.json to the bucket at a time
-	forgetMu       sync.Mutex  // tier-forget.json
-	forgetDue      atomic.Bool // a topic was deleted: forgetPending after the next pass
-	topicsMu       sync.Mutex
-	topicsJSON     []byte
-	topicsChanges  uint64 // saves so far (topicsMu)
-	topicsMirrored uint64 // topicsChanges last copied to the bucket (topicsMu)
+	topicsMirror metaMirror
+	forgetMu     sync.Mutex  // tier-forget.json
+	forgetDue    atomic.Bool // a topic was deleted: forgetPending after the next pass
 
 	sec *security // users, ACLs, SASL mechanisms (security.go)
 
@@ -85,6 +81,7 @@ func New(cfg Config) (*Server, error) {
 		maintDone: make(chan struct{}),
 		tierKick:  make(chan struct{}, 1),
 	}
+	s.topicsMirror.key = metaKey
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	meta, err := openMeta(cfg.DataDir)
 	if err != nil {
@@ -120,7 +117,7 @@ func New(cfg Config) (*Server, error) {
 		// Mirrored again at every start: a copy that failed before a
 		// restart is not left stale.
 		if b, err := os.ReadFile(filepath.Join(cfg.DataDir, topicsFile)); err == nil {
-			s.topicsJSON, s.topicsChanges = b, 1
+			s.topicsMirror.queue(b)
 		}
 		// Not only the start that fetched topics.json: a restore cut short
 		// by a crash is finished by the next start (the marker stays until

@@ -216,38 +216,15 @@ func (s *Server) coldRead(p *partition, offset, maxBytes int64) (*tiering.ColdRe
 // after every save of topics.json): it keeps the bytes for mirrorTopics and
 // asks the maintenance loop for a pass.
 func (s *Server) queueTopicsMirror(b []byte) {
-	s.topicsMu.Lock()
-	s.topicsJSON = b
-	s.topicsChanges++
-	s.topicsMu.Unlock()
+	s.topicsMirror.queue(b)
 	s.kickTiering()
 }
 
 // mirrorTopics copies the last saved topics.json to the bucket if it
-// changed since the last copy (best effort: a failure is logged and the
-// next maintenance pass tries again); it reports whether the bucket has
-// the latest copy. Copies are made one at a time (mirrorMu), each of the
-// latest bytes, so an older one never lands last.
+// changed since the last copy; it reports whether the bucket has the
+// latest copy.
 func (s *Server) mirrorTopics(ctx context.Context) bool {
-	s.mirrorMu.Lock()
-	defer s.mirrorMu.Unlock()
-	s.topicsMu.Lock()
-	b, n := s.topicsJSON, s.topicsChanges
-	done := n == s.topicsMirrored
-	s.topicsMu.Unlock()
-	if done || b == nil {
-		return true
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := s.cfg.Tier.PutMeta(ctx, metaKey, b); err != nil {
-		s.logger.Warn("mirror topics to the tiered store", zap.Error(err))
-		return false
-	}
-	s.topicsMu.Lock()
-	s.topicsMirrored = n
-	s.topicsMu.Unlock()
-	return true
+	return s.topicsMirror.copy(ctx, s.cfg.Tier, s.logger)
 }
 
 // restorePending, in the data directory, marks a restore from the bucket
