@@ -126,16 +126,11 @@ func (s *Server) fetchOnce(c *conn, req *kmsg.FetchRequest) (*fetchResponse, int
 		cold := make([]*tiering.ColdRead, len(rt.Partitions))
 		var t *topic
 		code := int16(0)
+		virtual := false // the virtual __consumer_offsets (internal_topics.go)
 		if req.Version >= 13 {
 			if t = s.reg.getByID(rt.TopicID); t == nil {
 				code = kerr.UnknownTopicID.Code
-				if s.virtualOffsetsID(rt.TopicID) && c.allowed(opRead, resTopic, offsetsTopic) {
-					fetchOffsetsTopic(&rt, &st)
-					resp.reads = append(resp.reads, make([]*log.ReadResult, len(rt.Partitions)))
-					resp.cold = append(resp.cold, cold)
-					resp.Topics = append(resp.Topics, st)
-					continue
-				}
+				virtual = s.virtualOffsetsID(rt.TopicID) && c.allowed(opRead, resTopic, offsetsTopic)
 			} else if !c.allowed(opRead, resTopic, t.name) {
 				t, code = nil, kerr.TopicAuthorizationFailed.Code
 			}
@@ -143,13 +138,14 @@ func (s *Server) fetchOnce(c *conn, req *kmsg.FetchRequest) (*fetchResponse, int
 			code = kerr.TopicAuthorizationFailed.Code
 		} else if t = s.reg.get(rt.Topic); t == nil {
 			code = kerr.UnknownTopicOrPartition.Code
-			if s.virtualOffsets(rt.Topic) {
-				fetchOffsetsTopic(&rt, &st)
-				resp.reads = append(resp.reads, make([]*log.ReadResult, len(rt.Partitions)))
-				resp.cold = append(resp.cold, cold)
-				resp.Topics = append(resp.Topics, st)
-				continue
-			}
+			virtual = s.virtualOffsets(rt.Topic)
+		}
+		if virtual {
+			fetchOffsetsTopic(&rt, &st)
+			resp.reads = append(resp.reads, make([]*log.ReadResult, len(rt.Partitions)))
+			resp.cold = append(resp.cold, cold)
+			resp.Topics = append(resp.Topics, st)
+			continue
 		}
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewFetchResponseTopicPartition()

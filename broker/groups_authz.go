@@ -56,15 +56,7 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 		return s.offsetDelete(c, b), nil
 	case *kmsg.DescribeGroupsRequest:
 		var denied []string
-		keep := b.Groups[:0:0]
-		for _, g := range b.Groups {
-			if c.allowed(opDescribe, resGroup, groupName(g)) {
-				keep = append(keep, g)
-			} else {
-				denied = append(denied, g)
-			}
-		}
-		b.Groups = keep
+		b.Groups, denied = split(b.Groups, func(g string) bool { return c.allowed(opDescribe, resGroup, groupName(g)) })
 		resp := s.groups.DescribeGroups(b)
 		for _, g := range denied {
 			rg := kmsg.NewDescribeGroupsResponseGroup()
@@ -86,15 +78,7 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 		return resp, nil
 	case *kmsg.DeleteGroupsRequest:
 		var denied []string
-		keep := b.Groups[:0:0]
-		for _, g := range b.Groups {
-			if c.allowed(opDelete, resGroup, groupName(g)) {
-				keep = append(keep, g)
-			} else {
-				denied = append(denied, g)
-			}
-		}
-		b.Groups = keep
+		b.Groups, denied = split(b.Groups, func(g string) bool { return c.allowed(opDelete, resGroup, groupName(g)) })
 		resp := s.groups.DeleteGroups(b)
 		for _, g := range denied {
 			rg := kmsg.NewDeleteGroupsResponseGroup()
@@ -104,6 +88,21 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 		return resp, nil
 	}
 	return nil, fmt.Errorf("no handler for %s", kmsg.NameForKey(req.Key))
+}
+
+// split divides items into the allowed and the rest, each in order; kept is
+// empty, not nil, when items is not nil and none is allowed (a nil topic
+// list means "all topics" to OffsetFetch).
+func split[T any](items []T, allowed func(T) bool) (kept, denied []T) {
+	kept = items[:0:0]
+	for _, it := range items {
+		if allowed(it) {
+			kept = append(kept, it)
+		} else {
+			denied = append(denied, it)
+		}
+	}
+	return kept, denied
 }
 
 // groupName is a group id as the coordinator keeps it: invalid UTF-8
@@ -117,15 +116,7 @@ func groupName(s string) string {
 
 func (s *Server) offsetCommit(c *conn, b *kmsg.OffsetCommitRequest) kmsg.Response {
 	groupOK := c.allowed(opRead, resGroup, groupName(b.Group))
-	var denied []kmsg.OffsetCommitRequestTopic
-	keep := b.Topics[:0:0]
-	for _, t := range b.Topics {
-		if groupOK && c.allowed(opRead, resTopic, t.Topic) {
-			keep = append(keep, t)
-		} else {
-			denied = append(denied, t)
-		}
-	}
+	keep, denied := split(b.Topics, func(t kmsg.OffsetCommitRequestTopic) bool { return groupOK && c.allowed(opRead, resTopic, t.Topic) })
 	var resp *kmsg.OffsetCommitResponse
 	if groupOK {
 		b.Topics = keep
@@ -169,15 +160,7 @@ func (s *Server) offsetFetch(c *conn, b *kmsg.OffsetFetchRequest) kmsg.Response 
 		}
 		var denied []kmsg.OffsetFetchRequestTopic
 		if b.Topics != nil {
-			keep := b.Topics[:0:0]
-			for _, t := range b.Topics {
-				if c.allowed(opDescribe, resTopic, t.Topic) {
-					keep = append(keep, t)
-				} else {
-					denied = append(denied, t)
-				}
-			}
-			b.Topics = keep
+			b.Topics, denied = split(b.Topics, func(t kmsg.OffsetFetchRequestTopic) bool { return c.allowed(opDescribe, resTopic, t.Topic) })
 		}
 		all := b.Topics == nil
 		resp := s.groups.OffsetFetch(b)
@@ -216,15 +199,11 @@ func (s *Server) offsetFetch(c *conn, b *kmsg.OffsetFetchRequest) kmsg.Response 
 			continue
 		}
 		if g.Topics != nil {
-			keep := g.Topics[:0:0]
-			for _, t := range g.Topics {
-				if c.allowed(opDescribe, resTopic, t.Topic) {
-					keep = append(keep, t)
-				} else {
-					deniedTopics = append(deniedTopics, deniedTopic{g.Group, t})
-				}
+			var denied []kmsg.OffsetFetchRequestGroupTopic
+			g.Topics, denied = split(g.Topics, func(t kmsg.OffsetFetchRequestGroupTopic) bool { return c.allowed(opDescribe, resTopic, t.Topic) })
+			for _, t := range denied {
+				deniedTopics = append(deniedTopics, deniedTopic{g.Group, t})
 			}
-			g.Topics = keep
 		}
 		keepGroups = append(keepGroups, g)
 	}
@@ -270,15 +249,7 @@ func (s *Server) offsetDelete(c *conn, b *kmsg.OffsetDeleteRequest) kmsg.Respons
 		return resp
 	}
 	var denied []kmsg.OffsetDeleteRequestTopic
-	keep := b.Topics[:0:0]
-	for _, t := range b.Topics {
-		if c.allowed(opRead, resTopic, t.Topic) {
-			keep = append(keep, t)
-		} else {
-			denied = append(denied, t)
-		}
-	}
-	b.Topics = keep
+	b.Topics, denied = split(b.Topics, func(t kmsg.OffsetDeleteRequestTopic) bool { return c.allowed(opRead, resTopic, t.Topic) })
 	resp := s.groups.OffsetDelete(b)
 	for _, t := range denied {
 		rt := kmsg.NewOffsetDeleteResponseTopic()

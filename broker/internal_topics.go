@@ -2,6 +2,7 @@ package broker
 
 import (
 	"crypto/sha256"
+	"errors"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -28,11 +29,7 @@ const (
 func internalTopic(name string) bool { return name == offsetsTopic || name == txnTopic }
 
 // errInternalTopic: a client asked to create an internal topic.
-var errInternalTopic = errorString("the name is reserved for a Kafka internal topic")
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
+var errInternalTopic = errors.New("the name is reserved for a Kafka internal topic")
 
 // virtualOffsets reports whether name is the virtual offsets topic and it
 // is shown.

@@ -145,11 +145,10 @@ func New(cfg Config) (*Server, error) {
 		err := s.openGroups(ctx)
 		cancel()
 		if err == nil {
-			if byState, _ := s.groups.Stats(); len(byState) > 0 {
-				for _, n := range byState {
-					if n > 0 {
-						s.offsetsShown.Store(true) // groups in use: Kafka would have its offsets topic
-					}
+			byState, _ := s.groups.Stats()
+			for _, n := range byState {
+				if n > 0 {
+					s.offsetsShown.Store(true) // groups in use: Kafka would have its offsets topic
 				}
 			}
 		}
