@@ -2,12 +2,8 @@ package broker
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -28,6 +24,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/synapsebroker/synapse/auth"
+	"github.com/synapsebroker/synapse/internal/testcert"
 	"github.com/synapsebroker/synapse/tiering"
 )
 
@@ -70,7 +67,8 @@ func startSecure(t *testing.T, cfg Config, protocols ...string) *secureServer {
 		l := Listener{Name: p, Protocol: p}
 		if p == SSL || p == SASLSSL {
 			if tlsCfg == nil {
-				tlsCfg, ss.ca = testTLS(t)
+				cert := testcert.NewServer(t)
+				tlsCfg, ss.ca = cert.TLS, cert.Pool
 			}
 			l.TLS = tlsCfg
 		}
@@ -83,27 +81,6 @@ func startSecure(t *testing.T, cfg Config, protocols ...string) *secureServer {
 		s.Shutdown(ctx)
 	})
 	return ss
-}
-
-// testTLS makes a self-signed certificate for 127.0.0.1.
-func testTLS(t *testing.T) (*tls.Config, *x509.CertPool) {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: k}}}, pool
 }
 
 // saslConn speaks non-flexible request versions on a bare connection.
