@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/synapsebroker/synapse/broker"
+	"github.com/synapsebroker/synapse/internal/dirlock"
 	"github.com/synapsebroker/synapse/tiering"
 )
 
@@ -186,6 +187,13 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return fmt.Errorf("create data directory: %w", err)
 	}
+	// One owner per data directory, before anything in it is read or
+	// written; held until the process exits.
+	lock, err := dirlock.Acquire(dataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	specs, err := o.listenerSpecs(cmd.Flags().Changed("listen"), cmd.Flags().Changed("advertised-addr"), logger)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -181,6 +182,20 @@ func TestServeServesAndStops(t *testing.T) {
 		t.Fatalf("/status: %v %v", status, err)
 	}
 	resp.Body.Close()
+
+	// A second broker on the same data directory exits at once, naming the
+	// directory and the holder; the first keeps serving.
+	began := time.Now()
+	_, _, err = run(t, context.Background(), "serve", "--data-dir", data, "--listen", freeAddr(t), "--http-listen", "")
+	if err == nil || !strings.Contains(err.Error(), data) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Errorf("second serve on the same data directory: %v", err)
+	}
+	if d := time.Since(began); d > 5*time.Second {
+		t.Errorf("second serve took %v to fail", d)
+	}
+	if avr := roundTrip(t, nc, 3, av).(*kmsg.ApiVersionsResponse); avr.ErrorCode != 0 {
+		t.Errorf("first broker after the second one failed: ApiVersions %+v", avr)
+	}
 
 	cancel()
 	r := <-done
