@@ -3,6 +3,8 @@ package log
 import (
 	"errors"
 	"fmt"
+
+	"github.com/synapsebroker/synapse/internal/fdbudget"
 )
 
 // Sentinel errors of the log engine. Callers test them with errors.Is; the
@@ -42,7 +44,49 @@ var (
 	// is retried, because after a failed fsync the kernel may have dropped the
 	// dirty pages and a retry that succeeds would prove nothing.
 	ErrStorage = errors.New("log: storage error, partition offline")
+
+	// ErrResource means the broker ran short of a resource (file
+	// descriptors, memory, disk space) for this operation. Nothing was
+	// written and nothing is latched: the partition stays online and the
+	// operation may be retried once the pressure passes. Every
+	// *ResourceError is ErrResource.
+	ErrResource = errors.New("log: out of a resource, retry later")
+
+	// errNoDescriptor is the descriptor budget (Options.FDs) refusing a
+	// slot.
+	errNoDescriptor = errors.New("file descriptor budget spent")
 )
+
+// ResourceError is a refused operation for want of a resource. It matches
+// ErrResource and unwraps to the cause (EMFILE, ENOSPC, the budget, ...).
+type ResourceError struct {
+	Op  string
+	Err error
+}
+
+func (e *ResourceError) Error() string {
+	return fmt.Sprintf("log: out of a resource, retry later: %s: %v", e.Op, e.Err)
+}
+
+// Is makes errors.Is(err, ErrResource) true.
+func (e *ResourceError) Is(target error) bool { return target == ErrResource }
+
+// Unwrap returns the cause.
+func (e *ResourceError) Unwrap() error { return e.Err }
+
+// asResource returns err as a *ResourceError if it is one already, or the
+// budget's refusal or the kernel running short (EMFILE, ENFILE, ENOMEM,
+// ENOSPC, ...); else nil.
+func asResource(op string, err error) *ResourceError {
+	var re *ResourceError
+	if errors.As(err, &re) {
+		return re
+	}
+	if errors.Is(err, errNoDescriptor) || fdbudget.IsResource(err) {
+		return &ResourceError{Op: op, Err: err}
+	}
+	return nil
+}
 
 // CorruptionError reports where corrupt data was found. It matches ErrCorrupt.
 type CorruptionError struct {

@@ -97,25 +97,41 @@ func secondSegment(t *testing.T, p *Partition, fsys FS) (*segment, []SegmentBatc
 	return segs[1], batches
 }
 
+// A full disk refuses the batch (ErrResource, retriable) and leaves the
+// partition online: whatever part of the batch landed is cut back, the next
+// append goes where the log ends, and a crash then loses nothing acknowledged.
 func TestWriteErrorENOSPC(t *testing.T) {
-	rng, mfs, fsys, s, p, want := durablePartition(t, 3, 10, Config{})
-	leo := p.LogEndOffset()
-	mfs.SetInjector(memfs.FailNth(memfs.OpWrite, 1, syscall.ENOSPC))
-	_, err := p.Append(randBatch(rng, 0, 10))
-	if !errors.Is(err, ErrStorage) || !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("append on full disk: %v", err)
+	for _, tc := range []struct {
+		name string
+		inj  memfs.Injector
+	}{
+		{"nothing written", memfs.FailNth(memfs.OpWrite, 1, syscall.ENOSPC)},
+		{"short write", memfs.ShortWriteNth(1, 70, syscall.ENOSPC)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng, mfs, _, _, p, want := durablePartition(t, 3, 10, Config{})
+			leo := p.LogEndOffset()
+			mfs.SetInjector(tc.inj)
+			_, err := p.Append(randBatch(rng, 0, 200))
+			if !errors.Is(err, ErrResource) || errors.Is(err, ErrStorage) || !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("append on full disk: %v, want ErrResource wrapping ENOSPC", err)
+			}
+			mfs.SetInjector(nil)
+			if p.Err() != nil || p.LogEndOffset() != leo {
+				t.Fatalf("after ENOSPC: err %v, leo %d (want online at %d)", p.Err(), p.LogEndOffset(), leo)
+			}
+			if err := appendDurable(p, rng, 3, want); err != nil {
+				t.Fatalf("append once space is back: %v", err)
+			}
+			readAll(t, p, rng, want)
+			clone := memFS{mfs.CrashClone(memfs.CrashConfig{UnsyncedMode: memfs.DropUnsynced})}
+			p2 := mustOpen(t, openStore(t, clone, 0), "/data/t-0", Config{})
+			readAll(t, p2, rng, want)
+			if p2.LogEndOffset() != p.LogEndOffset() {
+				t.Fatalf("leo %d after crash, want %d", p2.LogEndOffset(), p.LogEndOffset())
+			}
+		})
 	}
-	mfs.SetInjector(nil)
-	s.Close()
-	p2 := mustOpen(t, openStore(t, fsys, 0), "/data/t-0", Config{})
-	if p2.LogEndOffset() != leo {
-		t.Fatalf("leo %d after ENOSPC, want %d", p2.LogEndOffset(), leo)
-	}
-	readAll(t, p2, rng, want)
-	if err := appendDurable(p2, rng, 3, want); err != nil {
-		t.Fatal(err)
-	}
-	readAll(t, p2, rng, want)
 }
 
 func TestShortWriteTornTail(t *testing.T) {

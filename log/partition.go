@@ -272,8 +272,11 @@ func (p *Partition) appendChecked(batch []byte, h BatchHeader, cfg *Config) (App
 		seg, size = p.active, 0
 	}
 	if p.activeH == nil {
-		hd, err := p.store.cache.acquire(seg)
+		hd, err := p.store.cache.acquire(seg, mayWait)
 		if err != nil {
+			if re := asResource("open segment", err); re != nil {
+				return AppendResult{}, re // short of descriptors: nothing written, retriable
+			}
 			return AppendResult{}, p.failLocked("open segment", err)
 		}
 		p.activeH = hd
@@ -281,6 +284,15 @@ func (p *Partition) appendChecked(batch []byte, h BatchHeader, cfg *Config) (App
 	PatchBaseOffset(batch, base)
 	h.BaseOffset = base
 	if _, err := p.activeH.f.WriteAt(batch, size); err != nil {
+		if re := asResource("write", err); re != nil {
+			// Disk full (or short of memory): cut back whatever part of
+			// the batch landed, so the file ends where the log does, and
+			// refuse this batch only. If the cut fails, the bytes past
+			// size are unknown: offline, as for any failed write.
+			if terr := p.activeH.f.Truncate(size); terr == nil {
+				return AppendResult{}, re
+			}
+		}
 		// The bytes on disk past size are unknown now; recovery on the next
 		// open truncates them. Nothing is retried.
 		return AppendResult{}, p.failLocked("write", err)
@@ -403,12 +415,22 @@ func (p *Partition) rollLocked() error {
 	}
 	seg := newSegment(p.dir, p.leo.Load(), p.store.now())
 	seg.idx = &segmentIndex{}
+	// Short of a resource here, nothing has changed yet: the old segment
+	// stays active (fsync'd, indexes written) and the roll is tried again
+	// by the next append. A new segment file left behind empty is truncated
+	// by that retry, or found empty at the log end after a crash.
 	f, err := p.store.fs.OpenFile(seg.logPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
+		if re := asResource("create segment", err); re != nil {
+			return re
+		}
 		return p.failLocked("create segment", err)
 	}
 	f.Close()
 	if err := p.store.fs.SyncDir(p.dir); err != nil {
+		if re := asResource("fsync dir", err); re != nil {
+			return re
+		}
 		return p.failLocked("fsync dir", err)
 	}
 	p.setHWLocked(mark{off: old.next.Load(), seg: old, pos: old.size.Load()})

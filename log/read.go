@@ -126,6 +126,9 @@ func (p *Partition) read(offset int64, maxBytes int64, minOne bool) (*ReadResult
 			break
 		}
 		c, err := p.readSegment(seg, offset, limit, maxBytes, first)
+		if err != nil && len(res.Chunks) > 0 && errors.Is(err, ErrResource) {
+			return res, nil // no descriptor for the next segment: serve what there is
+		}
 		if err != nil {
 			res.Release()
 			if errors.Is(err, fs.ErrNotExist) && offset < p.LocalStartOffset() {
@@ -160,7 +163,7 @@ func (p *Partition) read(offset int64, maxBytes int64, minOne bool) (*ReadResult
 // (a batch boundary) and maxBytes. When first, the batch containing offset is
 // returned whatever its size.
 func (p *Partition) readSegment(seg *segment, offset, limit, maxBytes int64, first bool) (Chunk, error) {
-	h, err := p.store.cache.acquire(seg)
+	h, err := p.store.cache.acquire(seg, refusable)
 	if err != nil {
 		return Chunk{}, err
 	}
@@ -346,7 +349,7 @@ func (p *Partition) OffsetForTimestamp(ts int64) (offset, batchMaxTs int64, ok b
 		if seg == hw.seg {
 			limit = hw.pos
 		}
-		h, err := p.store.cache.acquire(seg)
+		h, err := p.store.cache.acquire(seg, mayWait)
 		if err != nil {
 			return 0, 0, false, err
 		}
@@ -391,7 +394,7 @@ func (p *Partition) ScanHeaders(offset int64, fn func(h *BatchHeader) bool) erro
 		if seg.next.Load() <= offset {
 			continue
 		}
-		h, err := p.store.cache.acquire(seg)
+		h, err := p.store.cache.acquire(seg, mayWait)
 		if err != nil {
 			return err
 		}

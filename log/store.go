@@ -5,9 +5,12 @@ import (
 	"errors"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/synapsebroker/synapse/internal/fdbudget"
 )
 
 // Options configure a Store: the things shared by every partition of a broker.
@@ -27,6 +30,13 @@ type Options struct {
 	// partitions (default 1024). Descriptors in use (a read in flight, an active
 	// segment with unsynced bytes) are never closed, so the bound is soft.
 	MaxOpenFiles int
+	// FDs, if set, is the broker's file-descriptor budget: every file and
+	// directory the store opens holds one slot while open. Short-lived
+	// opens wait for a slot (up to a couple of seconds), reads that would
+	// pin one more file are refused while less than a quarter of the budget
+	// is free, and a refusal or the kernel's EMFILE/ENFILE/ENOMEM/ENOSPC is
+	// ErrResource: retriable, never latched. Nil means unbounded.
+	FDs *fdbudget.Budget
 	// SyncParallelism is how many partitions one group-commit round fsyncs at
 	// once (default 4).
 	SyncParallelism int
@@ -71,12 +81,21 @@ func OpenStore(opts Options) *Store {
 	if opts.SyncParallelism <= 0 {
 		opts.SyncParallelism = 4
 	}
+	cache := &fileCache{fs: opts.FS, max: opts.MaxOpenFiles}
+	if opts.FDs != nil {
+		// Idle cached files may hold at most half the budget; the other
+		// half is for pinned files (appends, reads in flight) and
+		// short-lived opens, which also shed idle ones when refused.
+		cache.budget = opts.FDs
+		cache.max = min(cache.max, max(1, opts.FDs.Max()/2))
+		cache.fs = budgetFS{FS: opts.FS, b: opts.FDs, cache: cache}
+	}
 	s := &Store{
-		fs:     opts.FS,
+		fs:     cache.fs,
 		logger: opts.Logger,
 		now:    opts.Now,
 		opts:   opts,
-		cache:  &fileCache{fs: opts.FS, max: opts.MaxOpenFiles},
+		cache:  cache,
 		parts:  make(map[*Partition]struct{}),
 	}
 	s.syncer = newSyncer(opts.SyncInterval, opts.SyncParallelism)
@@ -291,11 +310,12 @@ func (s *syncer) stop() {
 // fileCache keeps at most max segment files open, closing the least recently
 // used unreferenced ones. Lock order: fileCache.mu is a leaf.
 type fileCache struct {
-	fs   FS
-	max  int
-	mu   sync.Mutex
-	open int
-	lru  list.List // of *handle with refs == 0, front = most recent
+	fs     FS               // budgetFS when there is a budget
+	budget *fdbudget.Budget // nil: unbounded
+	max    int
+	mu     sync.Mutex
+	open   int
+	lru    list.List // of *handle with refs == 0, front = most recent
 }
 
 // handle is an open segment file shared by the appender and readers.
@@ -307,9 +327,19 @@ type handle struct {
 	gone bool          // segment deleted: close on last release
 }
 
+// How a segment file is opened: an append (or a one-off lookup) may wait
+// for a descriptor; a fetch's read is refusable: refused while less than a
+// quarter of the budget is free (the fetch then serves fewer partitions)
+// rather than wait or take the last slots from writers.
+const (
+	mayWait   = false
+	refusable = true
+)
+
 // acquire returns seg's open file with one more reference, opening it if
-// needed. The open happens outside the cache lock.
-func (c *fileCache) acquire(seg *segment) (*handle, error) {
+// needed. The open happens outside the cache lock. Short of descriptors it
+// returns a *ResourceError.
+func (c *fileCache) acquire(seg *segment, refuse bool) (*handle, error) {
 	c.mu.Lock()
 	if h := seg.fh; h != nil {
 		c.refLocked(h)
@@ -322,7 +352,7 @@ func (c *fileCache) acquire(seg *segment) (*handle, error) {
 	if seg.sealed.Load() {
 		flag = os.O_RDONLY
 	}
-	f, err := c.fs.OpenFile(seg.logPath, flag, 0)
+	f, err := c.openFile(seg.logPath, flag, refuse)
 	if err != nil {
 		return nil, err
 	}
@@ -347,6 +377,54 @@ func (c *fileCache) acquire(seg *segment) (*handle, error) {
 	c.mu.Unlock()
 	closeAll(toClose)
 	return h, nil
+}
+
+// openFile opens a segment file within the budget. Refused (by the budget
+// or by the kernel: EMFILE, ENFILE), it closes a few idle cached files and
+// tries again; unless refuse, it then waits for a slot.
+func (c *fileCache) openFile(name string, flag int, refuse bool) (File, error) {
+	keep := 0
+	if refuse {
+		keep = c.budget.Max() / 4
+	}
+	var err error
+	for {
+		var f File
+		if bfs, ok := c.fs.(budgetFS); ok {
+			f, err = bfs.open(name, flag, 0, keep, !refuse)
+		} else {
+			f, err = c.fs.OpenFile(name, flag, 0)
+		}
+		if err == nil {
+			return f, nil
+		}
+		re := asResource("open segment", err)
+		if re == nil {
+			return nil, err
+		}
+		// Refused by the kernel (EMFILE, ENFILE: the budget sheds by
+		// itself): close idle files and try again while there are some.
+		if errors.Is(err, errNoDescriptor) || c.shed() == 0 {
+			return nil, re
+		}
+	}
+}
+
+// shed closes up to a sixteenth of the idle cached files (at least 8), for
+// room under the descriptor limit, and returns how many it closed.
+func (c *fileCache) shed() int {
+	c.mu.Lock()
+	var out []File
+	for n := max(8, c.open/16); n > 0; n-- {
+		e := c.lru.Back()
+		if e == nil {
+			break
+		}
+		out = append(out, c.closeIdleLocked(e))
+	}
+	c.mu.Unlock()
+	closeAll(out)
+	return len(out)
 }
 
 // ref adds a reference to a handle the caller already holds one of.
@@ -413,16 +491,106 @@ func (c *fileCache) evictLocked() []File {
 		if e == nil {
 			break
 		}
-		h := e.Value.(*handle)
-		c.lru.Remove(e)
-		h.elem = nil
-		h.gone = true
-		h.seg.fh = nil
-		c.open--
-		out = append(out, h.f)
+		out = append(out, c.closeIdleLocked(e))
 	}
 	return out
 }
+
+// closeIdleLocked takes an idle handle out of the cache and returns its file
+// to close.
+func (c *fileCache) closeIdleLocked(e *list.Element) File {
+	h := e.Value.(*handle)
+	c.lru.Remove(e)
+	h.elem = nil
+	h.gone = true
+	h.seg.fh = nil
+	c.open--
+	return h.f
+}
+
+// transientWait is how long a short-lived open (an index, a state file, a
+// directory to fsync, a recovery scan) waits for a descriptor slot.
+const transientWait = 2 * time.Second
+
+// budgetFS counts open descriptors against Options.FDs: each open file holds
+// a slot until closed; SyncDir and ReadDir hold one while they run.
+type budgetFS struct {
+	FS
+	b     *fdbudget.Budget
+	cache *fileCache // whose idle files are closed to make room
+}
+
+func (f budgetFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	return f.open(name, flag, perm, 0, true)
+}
+
+// open takes a slot (waiting up to transientWait if wait, else only if keep
+// slots stay free) and opens name with it.
+func (f budgetFS) open(name string, flag int, perm os.FileMode, keep int, wait bool) (File, error) {
+	if !f.take(keep, wait) {
+		return nil, &os.PathError{Op: "open", Path: name, Err: errNoDescriptor}
+	}
+	file, err := f.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		f.b.Release()
+		return nil, err
+	}
+	bf := &budgetFile{File: file, b: f.b}
+	if _, ok := file.(OSFile); ok {
+		return budgetOSFile{bf}, nil
+	}
+	return bf, nil
+}
+
+// take gets a slot: if there is none, idle cached files are closed to make
+// one; then, if wait, it waits for a release.
+func (f budgetFS) take(keep int, wait bool) bool {
+	if wait {
+		keep = 0
+	}
+	for f.cache != nil && !f.b.TryAcquire(keep) {
+		if f.cache.shed() == 0 {
+			return wait && f.b.Acquire(transientWait)
+		}
+	}
+	return true
+}
+
+func (f budgetFS) SyncDir(dir string) error {
+	if !f.take(0, true) {
+		return &os.PathError{Op: "open", Path: dir, Err: errNoDescriptor}
+	}
+	defer f.b.Release()
+	return f.FS.SyncDir(dir)
+}
+
+func (f budgetFS) ReadDir(dir string) ([]string, error) {
+	if !f.take(0, true) {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: errNoDescriptor}
+	}
+	defer f.b.Release()
+	return f.FS.ReadDir(dir)
+}
+
+// budgetFile gives its slot back on Close (once).
+type budgetFile struct {
+	File
+	b      *fdbudget.Budget
+	closed atomic.Bool
+}
+
+func (f *budgetFile) Close() error {
+	err := f.File.Close()
+	if f.closed.CompareAndSwap(false, true) {
+		f.b.Release()
+	}
+	return err
+}
+
+// budgetOSFile keeps the OSFile (sendfile) path of an operating-system file.
+type budgetOSFile struct{ *budgetFile }
+
+func (f budgetOSFile) OSFile() *os.File { return f.File.(OSFile).OSFile() }
 
 func closeAll(fs []File) {
 	for _, f := range fs {
