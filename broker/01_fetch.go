@@ -226,6 +226,12 @@ func (s *Server) fetchOnce(c *conn, req *kmsg.FetchRequest) (*fetchResponse, int
 					continue
 				}
 			}
+			if errors.Is(err, log.ErrResource) {
+				// No descriptor for this partition now: it answers empty
+				// (this response serves fewer partitions) and the next
+				// fetch reads it.
+				err = nil
+			}
 			switch {
 			case err != nil:
 				sp.ErrorCode = s.errorCode(err)

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/synapsebroker/synapse/auth"
+	"github.com/synapsebroker/synapse/internal/fdbudget"
 	"github.com/synapsebroker/synapse/log"
 	"github.com/synapsebroker/synapse/protocol"
 	"github.com/synapsebroker/synapse/tiering"
@@ -42,8 +43,11 @@ type Config struct {
 	// FsyncInterval selects the durability policy: 0 (default) acknowledges
 	// acks=all only after fsync; > 0 fsyncs on that interval.
 	FsyncInterval time.Duration
-	// MaxOpenFiles bounds open segment files (default 1024).
+	// MaxOpenFiles bounds idle open segment files (default 1024).
 	MaxOpenFiles int
+	// FDs is the file-descriptor budget of the log store (see
+	// fdbudget.Plan); nil means unbounded.
+	FDs *fdbudget.Budget
 	// Tier is the tiered object store; nil means no tiering (all data local,
 	// retention deletes it).
 	Tier *tiering.Tier

@@ -23,6 +23,10 @@ func (s *Server) errorCode(err error) int16 {
 		return kerr.CorruptMessage.Code
 	case errors.Is(err, log.ErrInvalidBatch):
 		return kerr.InvalidRecord.Code
+	case errors.Is(err, log.ErrResource):
+		// Short of descriptors, memory or disk: retriable, the partition
+		// stays online (Kafka's clients retry KAFKA_STORAGE_ERROR).
+		return kerr.KafkaStorageError.Code
 	case errors.Is(err, log.ErrStorage), errors.Is(err, log.ErrCorrupt):
 		return kerr.KafkaStorageError.Code
 	case errors.Is(err, log.ErrClosed):

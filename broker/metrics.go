@@ -33,12 +33,15 @@ var (
 	descAuthOK      = prometheus.NewDesc("synapse_sasl_authentications_total", "Successful SASL authentications, by mechanism.", []string{"mechanism"}, nil)
 	descAuthFailed  = prometheus.NewDesc("synapse_sasl_authentication_failures_total", "Failed SASL authentications, by mechanism.", []string{"mechanism"}, nil)
 	descDenied      = prometheus.NewDesc("synapse_acl_denied_total", "Resources of requests refused by ACLs.", nil, nil)
+	descFDBudget    = prometheus.NewDesc("synapse_fd_budget", "File descriptors the log store may hold (from RLIMIT_NOFILE); 0 = unbounded.", nil, nil)
+	descFDUsed      = prometheus.NewDesc("synapse_fd_budget_used", "File descriptors the log store holds now.", nil, nil)
+	descFDRefused   = prometheus.NewDesc("synapse_fd_budget_refused_total", "Opens that found the descriptor budget spent (reads served later, writers that waited).", nil, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConns, descPartitions, descLocalBytes, descUpBytes, descUpSegs,
 		descDownBytes, descCacheHits, descCacheMisses, descTierErrors, descLagBytes, descLagSegs, descColdRate, descTailLate, descBackoffs,
-		descGroups, descMembers, descAuthOK, descAuthFailed, descDenied} {
+		descGroups, descMembers, descAuthOK, descAuthFailed, descDenied, descFDBudget, descFDUsed, descFDRefused} {
 		ch <- d
 	}
 }
@@ -73,6 +76,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descAuthFailed, prometheus.CounterValue, float64(s.sec.authFailed[m].Load()), m)
 	}
 	counter(descDenied, s.sec.denied.Load())
+	fdUsed, _, fdRefused := s.cfg.FDs.Stats()
+	gauge(descFDBudget, float64(s.cfg.FDs.Max()))
+	gauge(descFDUsed, float64(fdUsed))
+	counter(descFDRefused, fdRefused)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if st, ok := s.TierStatus(ctx); ok {

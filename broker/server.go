@@ -93,6 +93,7 @@ func New(cfg Config) (*Server, error) {
 		Logger:       cfg.Logger.Named("log"),
 		SyncInterval: cfg.FsyncInterval,
 		MaxOpenFiles: cfg.MaxOpenFiles,
+		FDs:          cfg.FDs,
 		Now:          cfg.Now,
 		OnSeal:       s.kickTiering,
 	})

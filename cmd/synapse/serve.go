@@ -25,6 +25,7 @@ import (
 
 	"github.com/synapsebroker/synapse/broker"
 	"github.com/synapsebroker/synapse/internal/dirlock"
+	"github.com/synapsebroker/synapse/internal/fdbudget"
 	"github.com/synapsebroker/synapse/tiering"
 )
 
@@ -243,6 +244,7 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 			}
 		}
 	}
+	fds, maxConns := fileBudget(logger, o.maxConnections)
 	start := time.Now()
 	bcfg := broker.Config{
 		Tier:                    tier,
@@ -255,10 +257,11 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 		AutoCreateTopics:        o.autoCreateTopics,
 		DefaultPartitions:       o.defaultPartitions,
 		MaxFrameSize:            o.maxRequestBytes,
-		MaxConnections:          o.maxConnections,
+		MaxConnections:          maxConns,
 		IdleTimeout:             o.idleTimeout,
 		FsyncInterval:           o.fsyncInterval,
 		MaxOpenFiles:            o.maxOpenFiles,
+		FDs:                     fds,
 		Logger:                  logger.Named("broker"),
 
 		GroupInitialRebalanceDelay: cmp.Or(o.groupDelay, -1), // 0 on the command line means none
@@ -392,4 +395,26 @@ func listenerNames(specs []listenerSpec, lns []net.Listener) []string {
 		out = append(out, fmt.Sprintf("%s://%s (advertised %s)", sp.l.Name, lns[i].Addr(), sp.l.Advertised))
 	}
 	return out
+}
+
+// fileBudget raises RLIMIT_NOFILE's soft limit to the hard one, logs both,
+// and shares the limit between connections and the log store's files
+// (fdbudget.Plan). It returns the store's budget and the connection cap,
+// lowered below --max-connections (with a warning) when the limit is too
+// small for both.
+func fileBudget(logger *zap.Logger, wantConns int) (*fdbudget.Budget, int) {
+	before, after, hard, err := fdbudget.RaiseLimit()
+	if err != nil || after == 0 {
+		logger.Warn("file descriptor limit unknown: no descriptor budget", zap.Error(err))
+		return nil, wantConns
+	}
+	plan := fdbudget.Plan(int(min(after, 1<<30)), wantConns)
+	logger.Info("file descriptors",
+		zap.Uint64("soft_limit_at_start", before), zap.Uint64("soft_limit", after), zap.Uint64("hard_limit", hard),
+		zap.Int("connections", plan.Connections), zap.Int("files", plan.Files), zap.Int("other", plan.Other))
+	if plan.Connections < wantConns {
+		logger.Warn("--max-connections lowered to fit the file descriptor limit (raise it with ulimit -n)",
+			zap.Int("max_connections", wantConns), zap.Int("now", plan.Connections), zap.Uint64("limit", after))
+	}
+	return fdbudget.New(plan.Files), plan.Connections
 }
