@@ -55,6 +55,10 @@ var (
 	// errNoDescriptor is the descriptor budget (Options.FDs) refusing a
 	// slot.
 	errNoDescriptor = errors.New("file descriptor budget spent")
+
+	// errNoPreallocate: the file cannot be preallocated (not an OS file,
+	// not Linux).
+	errNoPreallocate = errors.New("preallocation unsupported")
 )
 
 // ResourceError is a refused operation for want of a resource. It matches

@@ -44,7 +44,7 @@ func TestKillChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("child of TestKillDashNine only")
 	}
-	s := OpenStore(Options{Logger: zap.NewNop()})
+	s := OpenStore(Options{Logger: zap.NewNop(), Preallocate: true})
 	var mu sync.Mutex
 	out := bufio.NewWriter(os.Stdout)
 	var wg sync.WaitGroup
@@ -160,7 +160,7 @@ func TestKillDashNine(t *testing.T) {
 		}
 	}
 	// Finally recover in process and read everything through the engine.
-	s := OpenStore(Options{Logger: zap.NewNop()})
+	s := OpenStore(Options{Logger: zap.NewNop(), Preallocate: true})
 	defer s.Close()
 	for i := 0; i < killParts; i++ {
 		p, err := s.OpenPartition(filepath.Join(dir, fmt.Sprintf("t-%d", i)), killCfg)

@@ -281,6 +281,9 @@ func (p *Partition) appendChecked(batch []byte, h BatchHeader, cfg *Config) (App
 		}
 		p.activeH = hd
 	}
+	if p.store.opts.Preallocate {
+		p.preallocateLocked(seg, size+int64(len(batch)), cfg.SegmentBytes)
+	}
 	PatchBaseOffset(batch, base)
 	h.BaseOffset = base
 	if _, err := p.activeH.f.WriteAt(batch, size); err != nil {
@@ -317,6 +320,56 @@ func (p *Partition) appendChecked(batch []byte, h BatchHeader, cfg *Config) (App
 		p.store.syncer.markDirty(p)
 	}
 	return AppendResult{BaseOffset: base, LastOffset: h.LastOffset(), LogStartOffset: p.logStart.Load(), Header: h}, nil
+}
+
+// Preallocation steps: a segment is preallocated after preallocAfter
+// appends, by steps that double from preallocMin to preallocMax (so the
+// space reserved ahead is at most about what was written, and at most
+// preallocMax per partition).
+const (
+	preallocAfter = 8
+	preallocMin   = 1 << 20
+	preallocMax   = 16 << 20
+)
+
+// preallocateLocked makes sure seg's file is allocated past end (the end of
+// the batch about to be written). A failure (disk full, unsupported) only
+// means no preallocation: the append grows the file as it would anyway.
+// p.mu held.
+func (p *Partition) preallocateLocked(seg *segment, end, segmentBytes int64) {
+	seg.appends++
+	if end <= seg.alloc || seg.appends < preallocAfter || seg.alloc < 0 {
+		return
+	}
+	want := min(end+min(max(seg.alloc, preallocMin), preallocMax), max(segmentBytes, end))
+	if err := allocate(p.activeH.f, want); err != nil {
+		seg.alloc = -1 // unsupported or no space: not again for this segment
+		return
+	}
+	seg.alloc = want
+}
+
+// trimLocked cuts seg's file back to its batches if it was preallocated
+// past them, before the segment is sealed or its partition closed (a
+// sealed file, an uploaded object and a clean close's size all end at the
+// last batch), and fsyncs the cut. seg is the active segment. p.mu held.
+func (p *Partition) trimLocked(seg *segment) error {
+	if seg.alloc <= seg.size.Load() {
+		return nil
+	}
+	h, err := p.store.cache.acquire(seg, mayWait)
+	if err != nil {
+		return err
+	}
+	defer p.store.cache.release(h)
+	if err := h.f.Truncate(seg.size.Load()); err != nil {
+		return err
+	}
+	if err := p.fsyncActive(h.f); err != nil {
+		return err
+	}
+	seg.alloc = 0
+	return nil
 }
 
 // WaitDurable blocks until every offset below off is durable (fsync'd, and
@@ -402,6 +455,12 @@ func (p *Partition) sync(final bool) {
 // active segment and grow past what the bucket holds of it.
 func (p *Partition) rollLocked() error {
 	old := p.active
+	if err := p.trimLocked(old); err != nil {
+		if re := asResource("trim segment", err); re != nil {
+			return re
+		}
+		return p.failLocked("trim segment", err)
+	}
 	if p.activeH != nil {
 		if err := p.fsyncActive(p.activeH.f); err != nil {
 			return p.failLocked("fsync", err)
@@ -522,6 +581,11 @@ func (p *Partition) Close() error {
 		return e
 	}
 	seg := p.active
+	if err := p.trimLocked(seg); err != nil {
+		// No clean-close record: the next open scans the segment and
+		// cuts the preallocated zeros.
+		return err
+	}
 	if err := writeIndexes(p.store.fs, seg, true); err != nil {
 		return err
 	}

@@ -424,7 +424,16 @@ func (p *Partition) openActive(seg *segment, clean *cleanState) (scanned bool, e
 			zap.Int64("position", res.end), zap.Int64("clean_size", clean.Size),
 			zap.Int64("first_lost_offset", res.next), zap.String("reason", res.reason))
 	}
-	if res.end != size {
+	if res.end != size && zeroAt(f, res.end, size) {
+		// Preallocated space (Options.Preallocate) after the last batch,
+		// or a torn write that never reached it: nothing to report.
+		p.logger.Debug("trimmed preallocated space", zap.String("segment", filepath.Base(seg.logPath)),
+			zap.Int64("valid_bytes", res.end), zap.Int64("trimmed_bytes", size-res.end))
+		if err := f.Truncate(res.end); err != nil {
+			return true, err
+		}
+		seg.size.Store(res.end)
+	} else if res.end != size {
 		p.logger.Warn("truncated torn tail",
 			zap.String("segment", filepath.Base(seg.logPath)),
 			zap.Int64("valid_bytes", res.end),
@@ -439,4 +448,20 @@ func (p *Partition) openActive(seg *segment, clean *cleanState) (scanned bool, e
 	// What survived the crash may still be only in the page cache: make it
 	// durable before it counts as below the high watermark.
 	return true, f.Sync()
+}
+
+// zeroAt reports whether f holds only zeros from pos on (the first 4 KiB
+// are read: preallocated space is zero to its end, a torn write is not).
+func zeroAt(f File, pos, size int64) bool {
+	b := make([]byte, min(size-pos, 4096))
+	n, _ := f.ReadAt(b, pos)
+	if n != len(b) {
+		return false
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -31,6 +31,12 @@ type segment struct {
 	verified  []span        // byte ranges whose CRCs were checked in this process
 	corruptAt int64         // first corrupt byte found by an index rebuild, -1 none
 
+	// Preallocation (Options.Preallocate), guarded by the partition's mu:
+	// the file size fallocate set (0: none; the file ends at size) and
+	// the appends so far.
+	alloc   int64
+	appends int
+
 	fh      *handle // guarded by fileCache.mu
 	dropped bool    // deleted or closed: never cache a handle again; fileCache.mu
 }

@@ -148,6 +148,14 @@ func (c countingFS) OpenFile(name string, flag int, perm os.FileMode) (log.File,
 
 func (c countingFile) Sync() error { c.syncs.Add(1); return c.File.Sync() }
 
+// OSFile keeps the engine's preallocation (and sendfile) path.
+func (c countingFile) OSFile() *os.File {
+	if of, ok := c.File.(log.OSFile); ok {
+		return of.OSFile()
+	}
+	return nil
+}
+
 func appendRun(o Options, size, appenders int) (result, error) {
 	dir, err := os.MkdirTemp(o.Dir, "append-")
 	if err != nil {
@@ -155,7 +163,7 @@ func appendRun(o Options, size, appenders int) (result, error) {
 	}
 	defer os.RemoveAll(dir)
 	var syncs atomic.Int64
-	s := log.OpenStore(log.Options{FS: countingFS{log.OSFS, &syncs}})
+	s := log.OpenStore(log.Options{FS: countingFS{log.OSFS, &syncs}, Preallocate: true})
 	defer s.Close()
 	p, err := s.OpenPartition(filepath.Join(dir, "bench-0"), log.Config{MaxMessageBytes: 1 << 20})
 	if err != nil {
