@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -88,14 +89,13 @@ func OpenStore(opts Options) *Store {
 	if opts.SyncParallelism <= 0 {
 		opts.SyncParallelism = 4
 	}
-	cache := &fileCache{fs: opts.FS, max: opts.MaxOpenFiles}
+	cache := &fileCache{max: opts.MaxOpenFiles, budget: opts.FDs}
+	cache.fs = budgetFS{FS: opts.FS, b: opts.FDs, cache: cache}
 	if opts.FDs != nil {
 		// Idle cached files may hold at most half the budget; the other
 		// half is for pinned files (appends, reads in flight) and
 		// short-lived opens, which also shed idle ones when refused.
-		cache.budget = opts.FDs
 		cache.max = min(cache.max, max(1, opts.FDs.Max()/2))
-		cache.fs = budgetFS{FS: opts.FS, b: opts.FDs, cache: cache}
 	}
 	s := &Store{
 		fs:     cache.fs,
@@ -118,6 +118,11 @@ func (s *Store) OpenFiles() int {
 	defer s.cache.mu.Unlock()
 	return s.cache.open
 }
+
+// KernelRefusals returns how many segment-file opens the kernel refused for
+// want of a resource (EMFILE, ENFILE, ENOMEM): the descriptor limit lowered
+// below the budget, or descriptors held outside it.
+func (s *Store) KernelRefusals() int64 { return s.cache.kernelRefused.Load() }
 
 // Close closes every partition still open and stops the syncer.
 func (s *Store) Close() error {
@@ -342,12 +347,14 @@ func (s *syncer) stop() {
 // fileCache keeps at most max segment files open, closing the least recently
 // used unreferenced ones. Lock order: fileCache.mu is a leaf.
 type fileCache struct {
-	fs     FS               // budgetFS when there is a budget
+	fs     budgetFS
 	budget *fdbudget.Budget // nil: unbounded
 	max    int
 	mu     sync.Mutex
 	open   int
 	lru    list.List // of *handle with refs == 0, front = most recent
+
+	kernelRefused atomic.Int64 // opens refused by the kernel (EMFILE, ENFILE, ...)
 }
 
 // handle is an open segment file shared by the appender and readers.
@@ -411,35 +418,21 @@ func (c *fileCache) acquire(seg *segment, refuse bool) (*handle, error) {
 	return h, nil
 }
 
-// openFile opens a segment file within the budget. Refused (by the budget
-// or by the kernel: EMFILE, ENFILE), it closes a few idle cached files and
-// tries again; unless refuse, it then waits for a slot.
+// openFile opens a segment file within the budget (budgetFS.open); unless
+// refuse, a full budget is waited on.
 func (c *fileCache) openFile(name string, flag int, refuse bool) (File, error) {
 	keep := 0
 	if refuse {
 		keep = c.budget.Max() / 4
 	}
-	var err error
-	for {
-		var f File
-		if bfs, ok := c.fs.(budgetFS); ok {
-			f, err = bfs.open(name, flag, 0, keep, !refuse)
-		} else {
-			f, err = c.fs.OpenFile(name, flag, 0)
-		}
-		if err == nil {
-			return f, nil
-		}
-		re := asResource("open segment", err)
-		if re == nil {
-			return nil, err
-		}
-		// Refused by the kernel (EMFILE, ENFILE: the budget sheds by
-		// itself): close idle files and try again while there are some.
-		if errors.Is(err, errNoDescriptor) || c.shed() == 0 {
+	f, err := c.fs.open(name, flag, 0, keep, !refuse)
+	if err != nil {
+		if re := asResource("open segment", err); re != nil {
 			return nil, re
 		}
+		return nil, err
 	}
+	return f, nil
 }
 
 // shed closes up to a sixteenth of the idle cached files (at least 8), for
@@ -545,11 +538,15 @@ func (c *fileCache) closeIdleLocked(e *list.Element) File {
 const transientWait = 2 * time.Second
 
 // budgetFS counts open descriptors against Options.FDs: each open file holds
-// a slot until closed; SyncDir and ReadDir hold one while they run.
+// a slot until closed; SyncDir and ReadDir hold one while they run. Without
+// a budget it only handles the kernel's refusals. Either way, when the
+// kernel refuses an open for want of descriptors (EMFILE, ENFILE: the limit
+// lowered at run time, or descriptors held outside the budget), idle cached
+// files are closed and the open tried again.
 type budgetFS struct {
 	FS
-	b     *fdbudget.Budget
-	cache *fileCache // whose idle files are closed to make room
+	b     *fdbudget.Budget // nil: unbounded
+	cache *fileCache       // whose idle files are closed to make room
 }
 
 func (f budgetFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
@@ -562,10 +559,17 @@ func (f budgetFS) open(name string, flag int, perm os.FileMode, keep int, wait b
 	if !f.take(keep, wait) {
 		return nil, &os.PathError{Op: "open", Path: name, Err: errNoDescriptor}
 	}
-	file, err := f.FS.OpenFile(name, flag, perm)
+	var file File
+	err := f.retry(func() (err error) {
+		file, err = f.FS.OpenFile(name, flag, perm)
+		return err
+	})
 	if err != nil {
 		f.b.Release()
 		return nil, err
+	}
+	if f.b == nil {
+		return file, nil
 	}
 	bf := &budgetFile{File: file, b: f.b}
 	if _, ok := file.(OSFile); ok {
@@ -574,13 +578,34 @@ func (f budgetFS) open(name string, flag int, perm os.FileMode, keep int, wait b
 	return bf, nil
 }
 
+// retry runs op, and again after closing idle cached files while the
+// kernel refuses it for want of descriptors (a few times at most).
+func (f budgetFS) retry(op func() error) error {
+	err := op()
+	for i := 0; i < 4 && err != nil && isOutOfDescriptors(err); i++ {
+		f.cache.kernelRefused.Add(1)
+		if f.cache.shed() == 0 {
+			break
+		}
+		err = op()
+	}
+	return err
+}
+
+func isOutOfDescriptors(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}
+
 // take gets a slot: if there is none, idle cached files are closed to make
 // one; then, if wait, it waits for a release.
 func (f budgetFS) take(keep int, wait bool) bool {
+	if f.b == nil {
+		return true
+	}
 	if wait {
 		keep = 0
 	}
-	for f.cache != nil && !f.b.TryAcquire(keep) {
+	for !f.b.TryAcquire(keep) {
 		if f.cache.shed() == 0 {
 			return wait && f.b.Acquire(transientWait)
 		}
@@ -593,7 +618,7 @@ func (f budgetFS) SyncDir(dir string) error {
 		return &os.PathError{Op: "open", Path: dir, Err: errNoDescriptor}
 	}
 	defer f.b.Release()
-	return f.FS.SyncDir(dir)
+	return f.retry(func() error { return f.FS.SyncDir(dir) })
 }
 
 func (f budgetFS) ReadDir(dir string) ([]string, error) {
@@ -601,7 +626,12 @@ func (f budgetFS) ReadDir(dir string) ([]string, error) {
 		return nil, &os.PathError{Op: "open", Path: dir, Err: errNoDescriptor}
 	}
 	defer f.b.Release()
-	return f.FS.ReadDir(dir)
+	var names []string
+	err := f.retry(func() (err error) {
+		names, err = f.FS.ReadDir(dir)
+		return err
+	})
+	return names, err
 }
 
 // budgetFile gives its slot back on Close (once).

@@ -164,10 +164,10 @@ type Split struct {
 const Reserve = 128
 
 // Plan shares limit out: Reserve for what the budget does not count,
-// then a quarter of the rest (at most wantConns) for connections, the
+// then up to half of the rest (at most wantConns) for connections, the
 // remainder for files.
 func Plan(limit, wantConns int) Split {
 	rest := max(limit-Reserve, 16)
-	conns := min(wantConns, max(rest/4, 8))
+	conns := min(wantConns, max(rest/2, 8))
 	return Split{Limit: limit, Connections: conns, Files: rest - conns, Other: limit - rest}
 }

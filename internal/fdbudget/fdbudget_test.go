@@ -77,11 +77,11 @@ func TestIsResource(t *testing.T) {
 
 func TestPlan(t *testing.T) {
 	s := Plan(20000, 10000)
-	if s.Connections+s.Files+s.Other != 20000 || s.Connections > 10000 || s.Files < 14000 {
+	if s.Connections+s.Files+s.Other != 20000 || s.Connections > 10000 || s.Files < 9000 {
 		t.Fatalf("Plan(20000): %+v", s)
 	}
 	s = Plan(1024, 10000)
-	if s.Connections != (1024-Reserve)/4 || s.Files != 1024-Reserve-s.Connections {
+	if s.Connections != (1024-Reserve)/2 || s.Files != 1024-Reserve-s.Connections {
 		t.Fatalf("Plan(1024): %+v", s)
 	}
 	if s := Plan(1<<20, 100); s.Connections != 100 {
