@@ -35,7 +35,26 @@ func (b *Budget) Max() int {
 	if b == nil {
 		return 0
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	return b.max
+}
+
+// SetMax changes the number of slots (at least 1), for a limit changed at
+// run time (prlimit). Slots held above a lowered max stay held; new ones
+// are refused until enough are released.
+func (b *Budget) SetMax(n int) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	b.max = max(n, 1)
+	if b.waiting {
+		b.waiting = false
+		close(b.freed)
+		b.freed = make(chan struct{})
+	}
+	b.mu.Unlock()
 }
 
 // Stats returns the slots in use, the most ever in use and how many

@@ -98,3 +98,21 @@ func TestRaiseLimit(t *testing.T) {
 		t.Fatalf("before %d after %d hard %d", before, after, hard)
 	}
 }
+
+func TestSetMax(t *testing.T) {
+	b := New(2)
+	b.TryAcquire(0)
+	b.TryAcquire(0)
+	b.SetMax(1)
+	if b.TryAcquire(0) {
+		t.Fatal("slot granted above a lowered max")
+	}
+	b.Release()
+	if b.TryAcquire(0) {
+		t.Fatal("slot granted at a lowered max still full")
+	}
+	b.SetMax(4)
+	if !b.TryAcquire(0) {
+		t.Fatal("slot refused after the max was raised")
+	}
+}
