@@ -34,9 +34,19 @@ import (
 //   - Bytes are bounded by the high watermark (the durable end under the
 //     durable policy); the last stable offset equals it (no transactions).
 //   - OFFSET_OUT_OF_RANGE below the log start or past the log end.
-//   - Fetch sessions (KIP-227) are declined: every response has session id 0,
-//     so clients send full fetches; a request naming a session gets
-//     FETCH_SESSION_ID_NOT_FOUND.
+//   - Incremental fetch sessions (KIP-227, v7+; fetch_session.go has the
+//     rules): a full fetch at epoch 0 opens a session if the cache has room
+//     (--max-incremental-fetch-session-cache-slots, Kafka's eviction), epoch
+//     -1 fetches without one, and a full fetch naming a session closes it.
+//     An incremental fetch adds or updates the partitions it names, drops
+//     its ForgottenTopics, reads (and long-polls on) every partition of the
+//     session and answers only those with news: records, a changed high
+//     watermark, last stable or log start offset, or an error. READ is
+//     checked on every partition of every request, whoever opened the
+//     session. Unknown id: FETCH_SESSION_ID_NOT_FOUND; wrong epoch:
+//     INVALID_FETCH_SESSION_EPOCH; a session's partitions are bounded
+//     (growing past the bound closes it: FETCH_SESSION_ID_NOT_FOUND). With
+//     the cache at 0 slots every response has session id 0.
 //   - Isolation level and rack are accepted; there are no aborted
 //     transactions and no preferred read replica.
 //   - Record bytes are not copied into the response: it carries the segment
@@ -44,18 +54,28 @@ import (
 //     (sendfile.go); a partition without data gets empty (not null) records.
 //
 // Version notes:
-//   - v13+: topics by id (UNKNOWN_TOPIC_ID).
+//   - v7+: fetch sessions.
+//   - v13+: topics by id (UNKNOWN_TOPIC_ID); in a session, a partition whose
+//     topic was deleted answers UNKNOWN_TOPIC_OR_PARTITION, and once a topic
+//     of that name exists again INCONSISTENT_TOPIC_ID (Kafka's codes).
 func (s *Server) handleFetch(c *conn, req *kmsg.FetchRequest) (kmsg.Response, error) {
 	if (req.ReplicaID >= 0 || req.ReplicaState.ID >= 0) && !c.allowedCluster(opClusterAction) {
 		resp := req.ResponseKind().(*kmsg.FetchResponse)
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 		return resp, nil
 	}
-	if req.SessionID != 0 {
+	fc, read, code := s.openFetchSession(req)
+	if code != 0 {
 		resp := req.ResponseKind().(*kmsg.FetchResponse)
-		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
+		resp.ErrorCode = code
 		return resp, nil
 	}
+	return s.finishFetchSession(fc, req, s.fetchWait(c, read)), nil
+}
+
+// fetchWait reads req's partitions, waiting as MinBytes and MaxWaitMillis
+// ask (the long poll).
+func (s *Server) fetchWait(c *conn, req *kmsg.FetchRequest) *fetchResponse {
 	var deadline time.Time
 	if req.MaxWaitMillis > 0 {
 		deadline = time.Now().Add(min(time.Duration(req.MaxWaitMillis)*time.Millisecond, maxFetchWait))
@@ -63,11 +83,11 @@ func (s *Server) handleFetch(c *conn, req *kmsg.FetchRequest) (kmsg.Response, er
 	for {
 		resp, bytes, waitOn, tails := s.fetchOnce(c, req)
 		if bytes >= int64(req.MinBytes) || deadline.IsZero() || len(waitOn) == 0 || s.ctx.Err() != nil {
-			return resp, nil
+			return resp
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return resp, nil
+			return resp
 		}
 		resp.release() // read again after the wait
 		waited := time.Now()
@@ -76,7 +96,7 @@ func (s *Server) handleFetch(c *conn, req *kmsg.FetchRequest) (kmsg.Response, er
 			// Timed out: answer with what there is now (new data may have
 			// arrived between the last read and the wait).
 			resp, _, _, _ = s.fetchOnce(c, req)
-			return resp, nil
+			return resp
 		}
 		if p := tails[i]; p != nil && s.cfg.Tier != nil {
 			// A tail consumer woken by an append: how long it took to run
@@ -128,7 +148,18 @@ func (s *Server) fetchOnce(c *conn, req *kmsg.FetchRequest) (*fetchResponse, int
 		code := int16(0)
 		virtual := false // the virtual __consumer_offsets (internal_topics.go)
 		if req.Version >= 13 {
-			if t = s.reg.getByID(rt.TopicID); t == nil {
+			if t = s.reg.getByID(rt.TopicID); t == nil && rt.Topic != "" {
+				// A fetch session's partition (a v13 request carries no
+				// names): the topic its id named is gone (Kafka's codes).
+				switch {
+				case !c.allowed(opRead, resTopic, rt.Topic):
+					code = kerr.TopicAuthorizationFailed.Code
+				case s.reg.get(rt.Topic) == nil:
+					code = kerr.UnknownTopicOrPartition.Code
+				default: // deleted and created again
+					code = kerr.InconsistentTopicID.Code
+				}
+			} else if t == nil {
 				code = kerr.UnknownTopicID.Code
 				virtual = s.virtualOffsetsID(rt.TopicID) && c.allowed(opRead, resTopic, offsetsTopic)
 			} else if !c.allowed(opRead, resTopic, t.name) {

@@ -37,6 +37,10 @@ type Config struct {
 	MaxFrameSize int
 	// MaxConnections caps concurrent client connections (default 10000).
 	MaxConnections int
+	// FetchSessionCacheSlots is how many incremental fetch sessions (KIP-227)
+	// the broker keeps (Kafka's max.incremental.fetch.session.cache.slots,
+	// default 1000); negative: none, every fetch is a full fetch.
+	FetchSessionCacheSlots int
 	// IdleTimeout closes connections idle this long (connections.max.idle.ms,
 	// default 10 min).
 	IdleTimeout time.Duration
@@ -45,6 +49,9 @@ type Config struct {
 	FsyncInterval time.Duration
 	// MaxOpenFiles bounds idle open segment files (default 1024).
 	MaxOpenFiles int
+	// Preallocate reserves active segments' space ahead of appends
+	// (log.Options.Preallocate; --preallocate, default on).
+	Preallocate bool
 	// FDs is the file-descriptor budget of the log store (see
 	// fdbudget.Plan); nil means unbounded.
 	FDs *fdbudget.Budget
@@ -135,6 +142,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxConnections <= 0 {
 		c.MaxConnections = 10000
+	}
+	if c.FetchSessionCacheSlots == 0 {
+		c.FetchSessionCacheSlots = 1000
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 10 * time.Minute

@@ -128,7 +128,7 @@ func (s *Server) mirrorGroups(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := s.cfg.Tier.PutMeta(ctx, groupsKey, b); err != nil {
-		s.logger.Warn("mirror groups to the tiered store", zap.Error(err))
+		s.repeat.Warn("mirror groups to the tiered store", zap.Error(err)) // each pass while the bucket is away
 		return
 	}
 	s.groupsMirrored.Store(n)

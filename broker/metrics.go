@@ -36,12 +36,17 @@ var (
 	descFDBudget    = prometheus.NewDesc("synapse_fd_budget", "File descriptors the log store may hold (from RLIMIT_NOFILE); 0 = unbounded.", nil, nil)
 	descFDUsed      = prometheus.NewDesc("synapse_fd_budget_used", "File descriptors the log store holds now.", nil, nil)
 	descFDRefused   = prometheus.NewDesc("synapse_fd_budget_refused_total", "Opens that found the descriptor budget spent (reads served later, writers that waited).", nil, nil)
+	descFDKernel    = prometheus.NewDesc("synapse_fd_kernel_refused_total", "Segment-file opens the kernel refused (EMFILE, ENFILE, ENOMEM): answered as retriable, never offline.", nil, nil)
+	descSessions    = prometheus.NewDesc("synapse_fetch_sessions", "Incremental fetch sessions (KIP-227) in the cache.", nil, nil)
+	descSessParts   = prometheus.NewDesc("synapse_fetch_session_partitions", "Partitions held by the cached fetch sessions.", nil, nil)
+	descSessEvicts  = prometheus.NewDesc("synapse_fetch_session_evictions_total", "Fetch sessions evicted from the cache to make room for new ones.", nil, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConns, descPartitions, descLocalBytes, descUpBytes, descUpSegs,
 		descDownBytes, descCacheHits, descCacheMisses, descTierErrors, descLagBytes, descLagSegs, descColdRate, descTailLate, descBackoffs,
-		descGroups, descMembers, descAuthOK, descAuthFailed, descDenied, descFDBudget, descFDUsed, descFDRefused} {
+		descGroups, descMembers, descAuthOK, descAuthFailed, descDenied, descFDBudget, descFDUsed, descFDRefused, descFDKernel,
+		descSessions, descSessParts, descSessEvicts} {
 		ch <- d
 	}
 }
@@ -76,10 +81,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descAuthFailed, prometheus.CounterValue, float64(s.sec.authFailed[m].Load()), m)
 	}
 	counter(descDenied, s.sec.denied.Load())
+	sessions, sessParts, evictions := s.fetchSessions.stats()
+	gauge(descSessions, float64(sessions))
+	gauge(descSessParts, float64(sessParts))
+	counter(descSessEvicts, evictions)
 	fdUsed, _, fdRefused := s.cfg.FDs.Stats()
 	gauge(descFDBudget, float64(s.cfg.FDs.Max()))
 	gauge(descFDUsed, float64(fdUsed))
 	counter(descFDRefused, fdRefused)
+	counter(descFDKernel, s.store.KernelRefusals())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if st, ok := s.TierStatus(ctx); ok {

@@ -32,10 +32,16 @@ func (m *metaMirror) queue(b []byte) {
 	m.mu.Unlock()
 }
 
+// warner is where copy reports a failure: the server's repeat logger (a
+// bucket away fails every pass), or any *zap.Logger.
+type warner interface {
+	Warn(msg string, fields ...zap.Field)
+}
+
 // copy copies the last queued bytes to the bucket if they changed since the
 // last copy (best effort: a failure is logged and the next maintenance pass
 // tries again); it reports whether the bucket has the latest copy.
-func (m *metaMirror) copy(ctx context.Context, t *tiering.Tier, logger *zap.Logger) bool {
+func (m *metaMirror) copy(ctx context.Context, t *tiering.Tier, logger warner) bool {
 	m.copyMu.Lock()
 	defer m.copyMu.Unlock()
 	m.mu.Lock()

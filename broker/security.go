@@ -176,7 +176,7 @@ func (s *Server) persistSecurity(name string, m *metaMirror) func([]byte) error 
 // retried by the next maintenance pass).
 func (s *Server) mirrorSecurity(ctx context.Context) {
 	for i := range s.sec.mirrors {
-		s.sec.mirrors[i].copy(ctx, s.cfg.Tier, s.logger)
+		s.sec.mirrors[i].copy(ctx, s.cfg.Tier, s.repeat)
 	}
 }
 

@@ -43,10 +43,13 @@ func (s *Server) tierPartition(p *partition, now time.Time) {
 	ctx, cancel := context.WithTimeout(s.ctx, tierOpTimeout)
 	defer cancel()
 	pk := p.tierKey()
-	l := s.logger.With(zap.String("topic", p.topic.name), zap.Int32("partition", p.index))
+	// Each pass fails the same way for every partition while the bucket
+	// is away: counted per minute, not logged per partition per pass.
+	where := []zap.Field{zap.String("topic", p.topic.name), zap.Int32("partition", p.index)}
+	warn := func(msg string, err error) { s.repeat.Warn(msg, append(where, zap.Error(err))...) }
 	n, err := t.Upload(ctx, pk, p.log)
 	if err != nil {
-		l.Warn("upload to the tiered store", zap.Error(err)) // retried next pass
+		warn("upload to the tiered store", err) // retried next pass
 		return
 	}
 	if n > 0 {
@@ -59,11 +62,11 @@ func (s *Server) tierPartition(p *partition, now time.Time) {
 	keepBytes := s.localRetention(set, "local.retention.bytes", "retention.bytes")
 	keepMs := s.localRetention(set, "local.retention.ms", "retention.ms")
 	if _, err := t.ReleaseLocal(ctx, pk, p.log, keepBytes, keepMs, now); err != nil {
-		l.Warn("release local segments", zap.Error(err))
+		warn("release local segments", err)
 	}
 	rb, rm := retention(set)
 	if err := t.ApplyRetention(ctx, pk, p.log, rb, rm, now); err != nil {
-		l.Warn("retention in the tiered store", zap.Error(err))
+		warn("retention in the tiered store", err)
 	}
 }
 
@@ -134,16 +137,13 @@ func (s *Server) releaseOverBudget(excess int64) int64 {
 		next, size, ts int64
 	}
 	var cands []candidate
-	logged := false
 	for _, tp := range s.reg.all() {
 		for _, p := range s.reg.partitionsOf(tp) {
 			m, err := s.cfg.Tier.Manifest(ctx, p.tierKey()) // cached: no bucket call once read
 			if err != nil {
-				if !logged && time.Since(s.budgetWarned) >= time.Minute {
-					s.budgetWarned = time.Now()
-					s.logger.Warn("disk budget: cannot tell what is uploaded (manifest unreadable); nothing released there", zap.String("topic", tp.name), zap.Int32("partition", p.index), zap.Error(err))
-					logged = true
-				}
+				// Every second, per partition, while the bucket is away:
+				// counted per minute.
+				s.repeat.Warn("disk budget: cannot tell what is uploaded (manifest unreadable); nothing released there", zap.String("topic", tp.name), zap.Int32("partition", p.index), zap.Error(err))
 				continue
 			}
 			ts := int64(math.MinInt64)
@@ -170,7 +170,7 @@ func (s *Server) releaseOverBudget(excess int64) int64 {
 	for p, off := range cut {
 		before := p.log.LocalBytes()
 		if _, err := p.log.DeleteLocalBefore(off); err != nil {
-			s.logger.Warn("release local segments over the disk budget", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
+			s.repeat.Warn("release local segments over the disk budget", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
 			continue
 		}
 		freed += before - p.log.LocalBytes()
@@ -224,7 +224,7 @@ func (s *Server) queueTopicsMirror(b []byte) {
 // changed since the last copy; it reports whether the bucket has the
 // latest copy.
 func (s *Server) mirrorTopics(ctx context.Context) bool {
-	return s.topicsMirror.copy(ctx, s.cfg.Tier, s.logger)
+	return s.topicsMirror.copy(ctx, s.cfg.Tier, s.repeat)
 }
 
 // restorePending, in the data directory, marks a restore from the bucket
@@ -327,24 +327,187 @@ func (s *Server) rebasePartition(ctx context.Context, p *partition) error {
 	return nil
 }
 
-// offloadAll seals and uploads every partition's data: a graceful stop
-// leaves the bucket complete.
-func (s *Server) offloadAll(ctx context.Context) {
+// The final offload's parallelism: how many partitions it uploads at
+// once, and how many it seals at once (a few fsyncs each; a disk takes
+// many at once). More than a maintenance pass's tierParallelism: nothing
+// else runs during a stop, and with thousands of partitions the
+// per-partition round trips and fsyncs, not bandwidth, take the time.
+// Sealing keeps ahead of uploading: a partition sealed but not uploaded is
+// uploaded by the first pass after the next start, one never sealed only
+// once segment.ms or segment.bytes seals it.
+const (
+	finalUploadParallelism = 32
+	finalSealParallelism   = 32
+)
+
+// offloadResult counts what a final offload did, for its log line.
+type offloadResult struct {
+	partitions int // partitions with tiering
+	uploaded   int // partitions whose every sealed segment is in the bucket
+	segments   int // segments uploaded by the offload
+	failed     int // partitions whose upload failed (the bucket's error)
+	// leftSegments are sealed segments still not in the bucket (for a
+	// partition whose manifest is not in memory: all its sealed segments,
+	// an upper bound): the first maintenance pass after the next start
+	// uploads them.
+	leftSegments int
+	// unsealed are partitions the offload never reached with data in
+	// their active segment: it stays local and is uploaded once sealed
+	// (segment.ms, segment.bytes), as always.
+	unsealed int
+}
+
+// stuckUploadGrace is how long a final offload waits, once its deadline
+// has passed, for uploads that do not return on cancellation (a store
+// call stuck in the kernel); then the stop goes on without them. Their
+// partitions' files stay (closing deletes nothing), so a late upload
+// either completes a consistent manifest or fails.
+const stuckUploadGrace = 250 * time.Millisecond
+
+// offloadAll seals and uploads every partition's data, so a graceful stop
+// leaves the bucket complete, up to ctx's end: partitions are sealed
+// (finalSealParallelism at once) and handed to finalUploadParallelism
+// uploaders as they are, beside the copies of topics.json, the security
+// files and the groups. When ctx ends the uploads under way are cancelled
+// (their objects are orphans the next start's sweep removes) and nothing
+// new starts: what did not fit stays local, safely, and the log line says
+// how much. The maintenance loop has ended (no other upload runs).
+func (s *Server) offloadAll(ctx context.Context) offloadResult {
+	start := time.Now()
+	var parts []*partition
 	for _, t := range s.reg.all() {
-		for _, p := range s.reg.partitionsOf(t) {
+		parts = append(parts, s.reg.partitionsOf(t)...)
+	}
+	res := offloadResult{partitions: len(parts)}
+	done := make([]atomic.Bool, len(parts))   // every sealed segment in the bucket
+	sealed := make([]atomic.Bool, len(parts)) // Roll ran (or found nothing to seal)
+	var segments, failed atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		s.mirrorTopics(ctx)
+		s.mirrorSecurity(ctx)
+		if s.groups != nil {
+			s.mirrorGroups(ctx)
+		}
+	}()
+	toUpload := make(chan int, len(parts))
+	go func() {
+		defer close(toUpload)
+		forEachParallel(finalSealParallelism, len(parts), func(i int) {
 			if ctx.Err() != nil {
 				return
 			}
-			if err := p.log.Roll(); err != nil {
-				continue
+			if err := parts[i].log.Roll(); err != nil {
+				return // offline (or closed): nothing to upload from it
 			}
-			if _, err := s.cfg.Tier.Upload(ctx, p.tierKey(), p.log); err != nil {
-				s.logger.Warn("final upload", zap.String("topic", t.name), zap.Int32("partition", p.index), zap.Error(err))
-				continue
+			sealed[i].Store(true)
+			toUpload <- i
+		})
+	}()
+	go func() {
+		defer wg.Done()
+		forEachParallel(finalUploadParallelism, finalUploadParallelism, func(int) {
+			for i := range toUpload {
+				if ctx.Err() != nil {
+					continue // drain: the sealers stop soon too
+				}
+				p := parts[i]
+				n, err := s.cfg.Tier.Upload(ctx, p.tierKey(), p.log)
+				segments.Add(int64(n))
+				if err != nil {
+					if ctx.Err() == nil {
+						failed.Add(1)
+						s.repeat.Warn("final upload", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
+					}
+					continue
+				}
+				done[i].Store(true)
+				if n > 0 || p.mirrorDue.Load() {
+					s.mirrorProducers(ctx, p)
+				}
 			}
-			s.mirrorProducers(ctx, p)
+		})
+	}()
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	stuck := false
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		t := time.NewTimer(stuckUploadGrace)
+		select {
+		case <-finished:
+		case <-t.C:
+			stuck = true
+		}
+		t.Stop()
+	}
+	res.segments, res.failed = int(segments.Load()), int(failed.Load())
+	for i, p := range parts {
+		if done[i].Load() {
+			res.uploaded++
+			continue
+		}
+		if !sealed[i].Load() && activeHasData(p.log) {
+			res.unsealed++
+		}
+		uploaded := int64(-1) // unknown: every sealed segment counts
+		if s.cfg.Tier.ManifestCached(p.tierKey()) {
+			if m, err := s.cfg.Tier.Manifest(ctx, p.tierKey()); err == nil {
+				uploaded = m.Next()
+			}
+		}
+		for _, sg := range p.log.SealedSegments() {
+			if sg.Next > uploaded {
+				res.leftSegments++
+			}
 		}
 	}
+	fields := []zap.Field{zap.Int("partitions", res.partitions), zap.Int("partitions_uploaded", res.uploaded),
+		zap.Int("segments_uploaded", res.segments), zap.Int("segments_left_local", res.leftSegments),
+		zap.Int("partitions_unsealed", res.unsealed), zap.Int("partitions_failed", res.failed),
+		zap.Bool("store_calls_stuck", stuck), zap.Duration("took", time.Since(start).Round(time.Millisecond))}
+	switch {
+	case res.uploaded == res.partitions:
+		s.logger.Info("final offload: every partition sealed and uploaded", fields...)
+	case ctx.Err() != nil:
+		s.logger.Warn("final offload cut short by the shutdown deadline: what is left stays local, safely, and is uploaded after the next start", fields...)
+	default:
+		s.logger.Warn("final offload incomplete (uploads failed): what is left stays local, safely, and is uploaded after the next start", fields...)
+	}
+	return res
+}
+
+// activeHasData reports whether lp's active segment holds records.
+func activeHasData(lp *log.Partition) bool {
+	base := lp.LocalStartOffset()
+	if sealed := lp.SealedSegments(); len(sealed) > 0 {
+		base = sealed[len(sealed)-1].Next
+	}
+	return lp.LogEndOffset() > base
+}
+
+// forEachParallel calls f(0) .. f(n-1), at most workers at once, and
+// returns when all have returned.
+func forEachParallel(workers, n int, f func(i int)) {
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < min(workers, n); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				f(i)
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 }
 
 // TierStatus is what /status reports about tiering.
@@ -452,7 +615,7 @@ func (s *Server) mirrorProducers(ctx context.Context, p *partition) bool {
 		return true
 	}
 	if err := s.cfg.Tier.PutMeta(ctx, producersKey(p.tierKey()), b); err != nil {
-		s.logger.Warn("mirror producer state", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
+		s.repeat.Warn("mirror producer state", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
 		return false
 	}
 	return true
@@ -600,7 +763,7 @@ func (s *Server) forgetPending() {
 			}
 		}
 		if err != nil {
-			s.logger.Warn("delete a deleted topic's objects (retried at the next sweep)", zap.String("topic", pk.Topic), zap.Int32("partition", pk.Partition), zap.Error(err))
+			s.repeat.Warn("delete a deleted topic's objects (retried at the next sweep)", zap.String("topic", pk.Topic), zap.Int32("partition", pk.Partition), zap.Error(err))
 			if failed++; failed >= 3 {
 				break // the bucket is away or refusing: the rest can wait too
 			}

@@ -446,13 +446,18 @@ func (r *registry) configsOf(t *topic) map[string]string {
 	return m
 }
 
-func (r *registry) close() {
+func (r *registry) close(parallel int) (partitions int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var parts []*partition
 	for _, t := range r.topics {
-		for _, p := range t.partitions {
-			p.saveProducers()
-			p.log.Close()
-		}
+		parts = append(parts, t.partitions...)
 	}
+	// Each is a few fsyncs (producer state, log, indexes, clean state):
+	// thousands of partitions are closed many at once.
+	forEachParallel(parallel, len(parts), func(i int) {
+		parts[i].saveProducers()
+		parts[i].log.Close()
+	})
+	return len(parts)
 }

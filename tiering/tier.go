@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 
+	"github.com/synapsebroker/synapse/internal/logrepeat"
 	"github.com/synapsebroker/synapse/log"
 )
 
@@ -53,6 +54,7 @@ type Stats struct {
 type Tier struct {
 	store  ObjectStore
 	logger *zap.Logger
+	repeat *logrepeat.Logger // warnings every partition can give on every pass
 	cache  *chunkCache
 
 	mu        sync.Mutex
@@ -80,7 +82,7 @@ func New(store ObjectStore, logger *zap.Logger, cacheBytes int64) *Tier {
 	if cacheBytes <= 0 {
 		cacheBytes = 256 << 20
 	}
-	t := &Tier{store: store, logger: logger, cache: newChunkCache(cacheBytes),
+	t := &Tier{store: store, logger: logger, repeat: logrepeat.New(logger, logrepeat.Options{}), cache: newChunkCache(cacheBytes),
 		manifests: map[PartitionKey]*Manifest{}, indexes: newIndexCache(indexCacheBytes), inflight: map[chunkID]*flight{}, failed: map[chunkID]error{},
 		readEnds: map[PartitionKey]*readEnds{}, slots: make(chan struct{}, downloadSlots), raSlots: make(chan struct{}, readAheadSlots)}
 	t.SetTailGuard(true)
@@ -440,7 +442,9 @@ func (t *Tier) ApplyRetention(ctx context.Context, pk PartitionKey, lp *log.Part
 		for _, ext := range []string{".log", ".index", ".timeindex"} {
 			if err := t.store.Delete(ctx, pk.segmentKey(s.Base, ext)); err != nil {
 				t.errs.Add(1)
-				t.logger.Warn("delete expired object", zap.String("key", pk.segmentKey(s.Base, ext)), zap.Error(err))
+				// Every object of every partition while the bucket
+				// refuses deletes: counted per minute.
+				t.repeat.Warn("delete expired object", zap.String("key", pk.segmentKey(s.Base, ext)), zap.Error(err))
 			}
 		}
 	}

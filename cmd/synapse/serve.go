@@ -41,8 +41,10 @@ type serveOptions struct {
 	defaultPartitions    int32
 	fsyncInterval        time.Duration
 	maxOpenFiles         int
+	preallocate          bool
 	maxRequestBytes      int
 	maxConnections       int
+	fetchSessionSlots    int
 	idleTimeout          time.Duration
 	shutdownTimeout      time.Duration
 	tier                 string
@@ -75,11 +77,15 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.fsyncInterval, "fsync-interval", 0,
 		"0 = durable: acknowledge acks=all only once fsync'd, concurrent appends share fsyncs (group commit); "+
 			"> 0 = relaxed: fsync dirty partitions on this interval")
-	fs.IntVar(&o.maxOpenFiles, "max-open-files", 1024, "soft bound on open segment files across all partitions")
+	fs.IntVar(&o.maxOpenFiles, "max-open-files", 1024, "bound on idle open segment files across all partitions")
+	fs.BoolVar(&o.preallocate, "preallocate", true, "reserve busy active segments' space ahead of appends with fallocate (Kafka's file.preallocate; Linux)")
 	fs.IntVar(&o.maxRequestBytes, "max-request-bytes", 100<<20, "largest request accepted (Kafka's socket.request.max.bytes)")
 	fs.IntVar(&o.maxConnections, "max-connections", 10000, "concurrent client connections; more are closed at accept")
+	fs.IntVar(&o.fetchSessionSlots, "max-incremental-fetch-session-cache-slots", 1000,
+		"incremental fetch sessions (KIP-227) the broker keeps, so consumers send and get only what changed (Kafka's max.incremental.fetch.session.cache.slots); 0 = none, every fetch is a full fetch")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 10*time.Minute, "close client connections idle this long (Kafka's connections.max.idle.ms)")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop waits for in-flight requests")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
+		"deadline of the whole graceful stop (in-flight requests, the final upload to the tiered store, closing every partition): what does not fit stays local and is uploaded after the next start; the process exits by it")
 	fs.StringVar(&o.tier, "tier", "", "tiered store for sealed segments: none, file://path or s3://bucket/prefix?endpoint=..&region=..&path_style=true "+
 		"(default file://<data-dir>/tier)")
 	fs.Int64Var(&o.tierCacheBytes, "tier-cache-bytes", 256<<20, "memory budget of the cold-read chunk cache")
@@ -138,6 +144,9 @@ func (o *serveOptions) validate() error {
 		errs = append(errs, fmt.Errorf("--producer-id-expiration %s: must be positive", o.producerIDExpiration))
 	}
 	errs = append(errs, o.sec.validate()...)
+	if o.fetchSessionSlots < 0 {
+		errs = append(errs, fmt.Errorf("--max-incremental-fetch-session-cache-slots %d: must not be negative", o.fetchSessionSlots))
+	}
 	if o.fsyncInterval < 0 {
 		errs = append(errs, fmt.Errorf("--fsync-interval %s: must not be negative", o.fsyncInterval))
 	}
@@ -244,7 +253,7 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 			}
 		}
 	}
-	fds, maxConns := fileBudget(logger, o.maxConnections)
+	fds, maxConns := fileBudget(ctx, logger, o.maxConnections)
 	start := time.Now()
 	bcfg := broker.Config{
 		Tier:                    tier,
@@ -258,10 +267,12 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 		DefaultPartitions:       o.defaultPartitions,
 		MaxFrameSize:            o.maxRequestBytes,
 		MaxConnections:          maxConns,
+		FetchSessionCacheSlots:  cmp.Or(o.fetchSessionSlots, -1), // 0 on the command line means none
 		IdleTimeout:             o.idleTimeout,
 		FsyncInterval:           o.fsyncInterval,
 		MaxOpenFiles:            o.maxOpenFiles,
 		FDs:                     fds,
+		Preallocate:             o.preallocate,
 		Logger:                  logger.Named("broker"),
 
 		GroupInitialRebalanceDelay: cmp.Or(o.groupDelay, -1), // 0 on the command line means none
@@ -314,15 +325,38 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 		logger.Error("listener failed", zap.Error(err))
 	}
 	stop()
-	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	// One deadline for the whole stop; the broker splits it between
+	// in-flight requests, the final upload and closing (DESIGN.md,
+	// "Shutdown sequence").
+	began := time.Now()
+	deadline := began.Add(o.shutdownTimeout)
+	sctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	if hs != nil {
-		hs.Shutdown(sctx)
+		// Beside the broker's stop: an HTTP request in flight (a CPU
+		// profile) must not take the broker's share of the deadline.
+		go hs.Shutdown(sctx)
+		defer hs.Close()
 	}
-	if err := srv.Shutdown(sctx); err != nil {
-		logger.Warn("shutdown deadline passed; connections closed hard", zap.Error(err))
+	stopped := make(chan error, 1)
+	go func() { stopped <- srv.Shutdown(sctx) }()
+	overrun := time.NewTimer(time.Until(deadline))
+	defer overrun.Stop()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			logger.Warn("shutdown: in-flight requests ran past their share of the deadline", zap.Error(err))
+		}
+	case <-overrun.C:
+		// Closing still runs (a disk that stalls fsyncs): exit anyway,
+		// as promised. Nothing acknowledged is lost; partitions not
+		// closed cleanly are recovered (their last segment checked) at
+		// the next start.
+		logger.Error("shutdown deadline passed while closing: exiting anyway; partitions not closed cleanly are recovered at the next start",
+			zap.Duration("shutdown_timeout", o.shutdownTimeout))
+		return nil
 	}
-	logger.Info("stopped")
+	logger.Info("stopped", zap.Duration("took", time.Since(began).Round(time.Millisecond)))
 	return nil
 }
 
@@ -402,7 +436,7 @@ func listenerNames(specs []listenerSpec, lns []net.Listener) []string {
 // (fdbudget.Plan). It returns the store's budget and the connection cap,
 // lowered below --max-connections (with a warning) when the limit is too
 // small for both.
-func fileBudget(logger *zap.Logger, wantConns int) (*fdbudget.Budget, int) {
+func fileBudget(ctx context.Context, logger *zap.Logger, wantConns int) (*fdbudget.Budget, int) {
 	before, after, hard, err := fdbudget.RaiseLimit()
 	if err != nil || after == 0 {
 		logger.Warn("file descriptor limit unknown: no descriptor budget", zap.Error(err))
@@ -412,9 +446,35 @@ func fileBudget(logger *zap.Logger, wantConns int) (*fdbudget.Budget, int) {
 	logger.Info("file descriptors",
 		zap.Uint64("soft_limit_at_start", before), zap.Uint64("soft_limit", after), zap.Uint64("hard_limit", hard),
 		zap.Int("connections", plan.Connections), zap.Int("files", plan.Files), zap.Int("other", plan.Other))
-	if plan.Connections < wantConns {
+	if plan.Connections < wantConns/2 {
 		logger.Warn("--max-connections lowered to fit the file descriptor limit (raise it with ulimit -n)",
 			zap.Int("max_connections", wantConns), zap.Int("now", plan.Connections), zap.Uint64("limit", after))
 	}
-	return fdbudget.New(plan.Files), plan.Connections
+	b := fdbudget.New(plan.Files)
+	go watchFileLimit(ctx, logger, b, int(after), wantConns)
+	return b, plan.Connections
+}
+
+// watchFileLimit follows RLIMIT_NOFILE changed at run time (prlimit --pid)
+// and resizes the budget to it until ctx ends. (Connections keep their cap:
+// a lowered limit shows at accept as EMFILE, retried.)
+func watchFileLimit(ctx context.Context, logger *zap.Logger, b *fdbudget.Budget, limit, wantConns int) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now, err := fdbudget.CurrentLimit()
+		if err != nil || int(now) == limit {
+			continue
+		}
+		plan := fdbudget.Plan(int(min(now, 1<<30)), wantConns)
+		b.SetMax(plan.Files)
+		logger.Warn("file descriptor limit changed: descriptor budget resized",
+			zap.Int("limit_was", limit), zap.Uint64("limit", now), zap.Int("files", plan.Files))
+		limit = int(now)
+	}
 }
