@@ -26,6 +26,7 @@ func (s *Server) errorCode(err error) int16 {
 	case errors.Is(err, log.ErrResource):
 		// Short of descriptors, memory or disk: retriable, the partition
 		// stays online (Kafka's clients retry KAFKA_STORAGE_ERROR).
+		s.repeat.Warn("short of a resource: request refused, retriable", zap.Error(err))
 		return kerr.KafkaStorageError.Code
 	case errors.Is(err, log.ErrStorage), errors.Is(err, log.ErrCorrupt):
 		return kerr.KafkaStorageError.Code
@@ -36,6 +37,6 @@ func (s *Server) errorCode(err error) int16 {
 	case errors.Is(err, errInvalidEpoch):
 		return kerr.InvalidProducerEpoch.Code
 	}
-	s.logger.Warn("unexpected error answered as UNKNOWN_SERVER_ERROR", zap.Error(err))
+	s.repeat.Warn("unexpected error answered as UNKNOWN_SERVER_ERROR", zap.Error(err))
 	return kerr.UnknownServerError.Code
 }
