@@ -3,6 +3,9 @@ package log
 import (
 	"errors"
 	"os"
+	"strconv"
+	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,6 +31,56 @@ func (f osFile) Sync() error {
 	}
 	if serr != nil {
 		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: serr}
+	}
+	return nil
+}
+
+// syncfsReports is whether this kernel's syncfs(2) reports writeback errors
+// (Linux 5.8 and later); before, a failed writeback went unreported and
+// syncfs cannot stand in for fdatasync.
+var syncfsReports = sync.OnceValue(func() bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	rel := unix.ByteSliceToString(u.Release[:])
+	parts := strings.SplitN(rel, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(strings.TrimLeftFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return major > 5 || (major == 5 && minor >= 8)
+})
+
+func (osFS) Device(dir string) (uint64, bool) {
+	if !syncfsReports() {
+		return 0, false
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return 0, false
+	}
+	return uint64(st.Dev), true
+}
+
+func (osFS) SyncFS(dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(fd)
+	for {
+		err = unix.Syncfs(fd)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		return &os.PathError{Op: "syncfs", Path: dir, Err: err}
 	}
 	return nil
 }

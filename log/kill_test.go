@@ -44,7 +44,7 @@ func TestKillChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("child of TestKillDashNine only")
 	}
-	s := OpenStore(Options{Logger: zap.NewNop(), Preallocate: true})
+	s := OpenStore(Options{Logger: zap.NewNop(), Preallocate: true, SyncFSMin: 1}) // every round a syncfs one
 	var mu sync.Mutex
 	out := bufio.NewWriter(os.Stdout)
 	var wg sync.WaitGroup

@@ -96,6 +96,9 @@ type Partition struct {
 	sinceIndex int64
 	dirty      bool // registered with the syncer
 	closed     bool
+
+	dev      uint64 // the file system holding dir (FSSyncer.Device), if devKnown
+	devKnown bool
 }
 
 // AppendResult describes an appended batch.
@@ -404,27 +407,47 @@ func (p *Partition) syncNow() { p.sync(false) }
 // sync implements syncNow; final is Close's last flush, which runs after
 // closed is set (so no append can race it).
 func (p *Partition) sync(final bool) {
-	p.mu.Lock()
-	p.dirty = false
-	if (p.closed && !final) || p.failed.Load() != nil {
-		p.mu.Unlock()
+	st, ok := p.syncBegin(final)
+	if !ok {
 		return
 	}
-	target := mark{off: p.leo.Load(), seg: p.active, pos: p.active.size.Load()}
-	h := p.activeH
-	if h != nil {
-		p.store.cache.ref(h)
+	var err error
+	if st.h != nil {
+		err = p.fsyncActive(st.h.f)
+	}
+	p.syncEnd(st, err)
+}
+
+// syncStep is what one sync of a partition makes durable: the log end as
+// of its start, and the active file (nil if nothing is unsynced).
+type syncStep struct {
+	target mark
+	h      *handle
+}
+
+// syncBegin snapshots what a sync covers, taking a reference on the active
+// file; ok is false if there is nothing to do (closed or offline).
+func (p *Partition) syncBegin(final bool) (syncStep, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dirty = false
+	if (p.closed && !final) || p.failed.Load() != nil {
+		return syncStep{}, false
+	}
+	st := syncStep{target: mark{off: p.leo.Load(), seg: p.active, pos: p.active.size.Load()}, h: p.activeH}
+	if st.h != nil {
+		p.store.cache.ref(st.h)
 	}
 	// The active segment's directory entry is durable already: open and
 	// every roll fsync the directory before a segment takes writes.
-	p.mu.Unlock()
+	return st, true
+}
 
-	var err error
-	if h != nil {
-		err = p.fsyncActive(h.f)
-	}
-
+// syncEnd publishes a sync's outcome: err is the fsync's (or nil once the
+// bytes are known durable another way, syncfs).
+func (p *Partition) syncEnd(st syncStep, err error) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	switch {
 	case err != nil:
 		p.failLocked("fsync", err)
@@ -433,16 +456,15 @@ func (p *Partition) sync(final bool) {
 		// may cover pages that one lost): no high watermark move.
 		p.wake()
 	default:
-		p.setHWLocked(target)
+		p.setHWLocked(st.target)
 	}
-	if h != nil {
+	if h := st.h; h != nil {
 		p.store.cache.release(h)
-		if p.activeH == h && p.leo.Load() == target.off {
+		if p.activeH == h && p.leo.Load() == st.target.off {
 			p.store.cache.release(h) // fully synced: unpin
 			p.activeH = nil
 		}
 	}
-	p.mu.Unlock()
 }
 
 // rollLocked seals the active segment and starts a new one at the log end.

@@ -113,6 +113,9 @@ func (s *Store) OpenPartition(dir string, cfg Config) (*Partition, error) {
 		}
 		return nil, err
 	}
+	if s.fss != nil {
+		p.dev, p.devKnown = s.fss.Device(dir)
+	}
 	s.mu.Lock()
 	s.parts[p] = struct{}{}
 	s.mu.Unlock()

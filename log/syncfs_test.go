@@ -1,0 +1,176 @@
+package log
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/synapsebroker/synapse/log/internal/memfs"
+)
+
+// syncfsMem is a memory file system with syncfs: SyncFS makes everything
+// durable (as syncfs(2) does) unless fail is set.
+type syncfsMem struct {
+	memFS
+	mu    sync.Mutex
+	calls int
+	fail  error
+}
+
+func (m *syncfsMem) Device(string) (uint64, bool) { return 1, true }
+
+func (m *syncfsMem) SyncFS(string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls++
+	if m.fail != nil {
+		return m.fail
+	}
+	m.FS.MarkAllSynced()
+	return nil
+}
+
+// appendAll appends batches to every partition, then waits for each to be
+// durable (so rounds find many partitions dirty); it returns the batches
+// and errors by partition.
+func appendAll(ps []*Partition, seed uint64) ([]map[int64][]byte, []error) {
+	wants := make([]map[int64][]byte, len(ps))
+	errs := make([]error, len(ps))
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for round := 0; round < 3; round++ {
+		ends := make([]int64, len(ps))
+		for i, p := range ps {
+			if wants[i] == nil {
+				wants[i] = map[int64][]byte{}
+			}
+			if errs[i] != nil {
+				continue
+			}
+			b := randBatch(rng, 1_700_000_000_000, 200)
+			res, err := p.Append(b)
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			ends[i] = res.LastOffset + 1
+			wants[i][res.BaseOffset] = storedCopy(b, res.BaseOffset)
+		}
+		for i, p := range ps {
+			if errs[i] == nil {
+				if err := p.WaitDurable(ends[i]); err != nil {
+					errs[i] = err
+				}
+			}
+		}
+	}
+	return wants, errs
+}
+
+// A round of many dirty partitions is made durable with one syncfs per file
+// system: everything acknowledged survives a power loss.
+func TestSyncFSRoundIsDurable(t *testing.T) {
+	m := memfs.New()
+	m.MkdirAll("/data", 0o755)
+	m.MarkAllSynced()
+	fsys := &syncfsMem{memFS: memFS{m}}
+	s := OpenStore(Options{FS: fsys, SyncFSMin: 8, Logger: zaptest.NewLogger(t)})
+	defer s.Close()
+	var ps []*Partition
+	for i := 0; i < 64; i++ {
+		ps = append(ps, mustOpen(t, s, fmt.Sprintf("/data/t-%d", i), Config{}))
+	}
+	wants, errs := appendAll(ps, 1)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("partition %d: %v", i, err)
+		}
+	}
+	if s.SyncFSRounds() == 0 || fsys.calls == 0 {
+		t.Fatalf("no round used syncfs (rounds %d, calls %d)", s.SyncFSRounds(), fsys.calls)
+	}
+	clone := memFS{m.CrashClone(memfs.CrashConfig{UnsyncedMode: memfs.DropUnsynced})}
+	s2 := openStore(t, clone, 0)
+	for i := range ps {
+		p := mustOpen(t, s2, fmt.Sprintf("/data/t-%d", i), Config{})
+		readAll(t, p, rand.New(rand.NewPCG(3, 3)), wants[i])
+	}
+}
+
+// A failed syncfs falls back to an fdatasync per partition: the partitions
+// whose own fsync works go on (their acknowledged data durable), the one
+// whose file lost its pages goes offline, alone.
+func TestSyncFSFailureFallsBackPerFile(t *testing.T) {
+	m := memfs.New()
+	m.MkdirAll("/data", 0o755)
+	m.MarkAllSynced()
+	fsys := &syncfsMem{memFS: memFS{m}, fail: errors.New("injected syncfs EIO")}
+	s := OpenStore(Options{FS: fsys, SyncFSMin: 8, Logger: zaptest.NewLogger(t)})
+	defer s.Close()
+	var ps []*Partition
+	for i := 0; i < 32; i++ {
+		ps = append(ps, mustOpen(t, s, fmt.Sprintf("/data/t-%d", i), Config{}))
+	}
+	eio := errors.New("injected EIO on t-7")
+	m.SetInjector(func(op memfs.Op, path string) error {
+		if op == memfs.OpSync && len(path) > 9 && path[:9] == "/data/t-7" && path[9] == '/' {
+			return eio
+		}
+		return nil
+	})
+	wants, errs := appendAll(ps, 2)
+	m.SetInjector(nil)
+	for i, err := range errs {
+		if i == 7 {
+			if !errors.Is(err, ErrStorage) {
+				t.Fatalf("t-7 whose fsync fails: %v, want ErrStorage", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("partition %d: %v", i, err)
+		}
+	}
+	if fsys.calls == 0 {
+		t.Fatal("syncfs never tried")
+	}
+	clone := memFS{m.CrashClone(memfs.CrashConfig{UnsyncedMode: memfs.DropUnsynced})}
+	s2 := openStore(t, clone, 0)
+	for i := range ps {
+		if i == 7 {
+			continue
+		}
+		p := mustOpen(t, s2, fmt.Sprintf("/data/t-%d", i), Config{})
+		readAll(t, p, rand.New(rand.NewPCG(3, 3)), wants[i])
+	}
+}
+
+// On the operating system's file system (Linux 5.8+) a round of many dirty
+// partitions uses syncfs(2).
+func TestSyncFSOnOS(t *testing.T) {
+	if _, ok := OSFS.(FSSyncer).Device(t.TempDir()); !ok {
+		t.Skip("syncfs does not report errors here (Linux before 5.8, or not Linux)")
+	}
+	dir := t.TempDir()
+	s := OpenStore(Options{Logger: zaptest.NewLogger(t)})
+	defer s.Close()
+	var ps []*Partition
+	for i := 0; i < 100; i++ {
+		ps = append(ps, mustOpen(t, s, fmt.Sprintf("%s/t-%d", dir, i), Config{}))
+	}
+	wants, errs := appendAll(ps, 4)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("partition %d: %v", i, err)
+		}
+	}
+	if s.SyncFSRounds() == 0 {
+		t.Fatal("no round used syncfs")
+	}
+	for i, p := range ps {
+		readAll(t, p, rand.New(rand.NewPCG(5, 5)), wants[i])
+	}
+}
