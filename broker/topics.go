@@ -154,18 +154,58 @@ func openRegistry(dataDir string, store *log.Store, logger *zap.Logger, tiered b
 		if r.topics[t.name] != nil || r.byID[t.id] != nil {
 			return nil, fmt.Errorf("broker: %s: topic %q (id %x) is there twice", topicsFile, t.name, t.id)
 		}
-		for i := int32(0); i < rec.Partitions; i++ {
-			p, err := r.openPartition(t, i)
-			if err != nil {
-				return nil, err
-			}
-			t.partitions = append(t.partitions, p)
-		}
+		t.partitions = make([]*partition, rec.Partitions)
 		r.topics[t.name] = t
 		r.byID[t.id] = t
 	}
+	// Every partition of every topic in one batch: opened several at once,
+	// and what recovery changed made durable by one syncfs.
+	var ts []*topic
+	for _, rec := range f.Topics {
+		ts = append(ts, r.topics[rec.Name])
+	}
+	if err := r.openPartitions(ts); err != nil {
+		return nil, err
+	}
 	r.cleanOrphans()
 	return r, nil
+}
+
+// openPartitions opens every partition of ts (len(t.partitions) slots each,
+// filled in) as one batch (log.Store.OpenPartitions), then loads each one's
+// producer state.
+func (r *registry) openPartitions(ts []*topic) error {
+	var dirs []string
+	var cfgs []log.Config
+	for _, t := range ts {
+		cfg := r.logConfig(t.configs)
+		for i := range t.partitions {
+			dirs = append(dirs, partitionDir(r.dir, t.name, int32(i)))
+			cfgs = append(cfgs, cfg)
+		}
+	}
+	lps, err := r.store.OpenPartitions(dirs, cfgs)
+	if err != nil {
+		return fmt.Errorf("broker: open partitions: %w", err)
+	}
+	n := 0
+	for _, t := range ts {
+		for i := range t.partitions {
+			p := &partition{topic: t, index: int32(i), log: lps[n], producers: map[int64]*producerState{}}
+			n++
+			if err := p.loadProducers(); err != nil {
+				for _, lp := range lps {
+					lp.Close()
+				}
+				return err
+			}
+			// Mirrored again after every start: one that failed before a
+			// restart (or a crash) is not left stale until the next upload.
+			p.mirrorDue.Store(r.tiered)
+			t.partitions[i] = p
+		}
+	}
+	return nil
 }
 
 func (r *registry) openPartition(t *topic, i int32) (*partition, error) {
@@ -316,14 +356,15 @@ func (r *registry) create(name string, partitions int32, configs map[string]stri
 	}
 	for i := int32(0); i < partitions; i++ {
 		os.RemoveAll(partitionDir(r.dir, name, i)) // an orphan must not leak old data into a new topic
-		p, err := r.openPartition(t, i)
-		if err != nil {
-			for _, p := range t.partitions {
+	}
+	t.partitions = make([]*partition, partitions)
+	if err := r.openPartitions([]*topic{t}); err != nil {
+		for _, p := range t.partitions {
+			if p != nil {
 				p.log.Delete()
 			}
-			return nil, err
 		}
-		t.partitions = append(t.partitions, p)
+		return nil, err
 	}
 	r.topics[name] = t
 	r.byID[t.id] = t

@@ -99,6 +99,11 @@ type Partition struct {
 
 	dev      uint64 // the file system holding dir (FSSyncer.Device), if devKnown
 	devKnown bool
+
+	// During a batch open (OpenPartitions): fsyncs left for the batch.
+	deferSync     bool
+	pendingDirs   []string
+	pendingActive bool
 }
 
 // AppendResult describes an appended batch.

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 )
@@ -96,6 +98,12 @@ func readState(fsys FS, dir string) (partitionState, error) {
 // truncates a torn or corrupt tail, logging what was dropped. Index files are
 // derived: one that does not match its .log is rebuilt.
 func (s *Store) OpenPartition(dir string, cfg Config) (*Partition, error) {
+	return s.openPartition(dir, cfg, false)
+}
+
+// openPartition is OpenPartition; with deferSync its fsyncs are left for
+// OpenPartitions to do for the batch.
+func (s *Store) openPartition(dir string, cfg Config, deferSync bool) (*Partition, error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -103,7 +111,7 @@ func (s *Store) OpenPartition(dir string, cfg Config) (*Partition, error) {
 	}
 	s.mu.Unlock()
 	cfg = cfg.withDefaults()
-	p := &Partition{store: s, dir: dir, logger: s.logger.With(zap.String("dir", dir))}
+	p := &Partition{store: s, dir: dir, logger: s.logger.With(zap.String("dir", dir)), deferSync: deferSync}
 	p.cfg.Store(&cfg)
 	ch := make(chan struct{})
 	p.notify.Store(&ch)
@@ -116,10 +124,115 @@ func (s *Store) OpenPartition(dir string, cfg Config) (*Partition, error) {
 	if s.fss != nil {
 		p.dev, p.devKnown = s.fss.Device(dir)
 	}
+	p.deferSync = false
 	s.mu.Lock()
 	s.parts[p] = struct{}{}
 	s.mu.Unlock()
 	return p, nil
+}
+
+// openSyncDir fsyncs dir for open, or, in a batch open (OpenPartitions),
+// leaves it to the batch's one syncfs.
+func (p *Partition) openSyncDir(dir string) error {
+	if p.deferSync {
+		p.pendingDirs = append(p.pendingDirs, dir)
+		return nil
+	}
+	return p.store.fs.SyncDir(dir)
+}
+
+// finishOpenSync does the fsyncs a batch open deferred, one by one (no
+// syncfs here, or it failed).
+func (p *Partition) finishOpenSync() error {
+	for _, d := range p.pendingDirs {
+		if err := p.store.fs.SyncDir(d); err != nil {
+			return err
+		}
+	}
+	if p.pendingActive {
+		f, err := p.store.fs.OpenFile(p.active.logPath, os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	p.pendingDirs, p.pendingActive = nil, false
+	return nil
+}
+
+// OpenPartitions opens many partition directories, as OpenPartition does
+// each, several at once, and makes what the opens changed durable together:
+// one syncfs per file system where the FS has it (FSSyncer), else each
+// partition's fsyncs. This is a broker's start-up (and a topic's creation):
+// after a crash, opening N partitions costs one syncfs instead of about
+// 3N fsyncs. On error every partition opened is closed again.
+func (s *Store) OpenPartitions(dirs []string, cfgs []Config) ([]*Partition, error) {
+	ps := make([]*Partition, len(dirs))
+	errs := make([]error, len(dirs))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < min(openParallelism, len(dirs)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(dirs); i = int(next.Add(1) - 1) {
+				ps[i], errs[i] = s.openPartition(dirs[i], cfgs[i], true)
+			}
+		}()
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	if err == nil {
+		err = s.finishOpens(ps)
+	}
+	if err != nil {
+		for _, p := range ps {
+			if p != nil {
+				p.Close()
+			}
+		}
+		return nil, err
+	}
+	return ps, nil
+}
+
+// openParallelism is how many partitions OpenPartitions opens at once:
+// the work is reads and small writes, mostly waiting on the disk.
+const openParallelism = 8
+
+// finishOpens makes durable what batch opens deferred.
+func (s *Store) finishOpens(ps []*Partition) error {
+	byDev := map[uint64][]*Partition{}
+	var rest []*Partition
+	for _, p := range ps {
+		if len(p.pendingDirs) == 0 && !p.pendingActive {
+			continue
+		}
+		if s.fss != nil && p.devKnown {
+			byDev[p.dev] = append(byDev[p.dev], p)
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	for _, g := range byDev {
+		if err := s.syncFS(g[0].dir); err != nil {
+			s.logger.Warn("syncfs after opening partitions failed: fsync'ing them one by one", zap.Error(err))
+			rest = append(rest, g...)
+			continue
+		}
+		for _, p := range g {
+			p.pendingDirs, p.pendingActive = nil, false
+		}
+	}
+	errs := make([]error, len(rest))
+	s.syncer.each(len(rest), func(i int) { errs[i] = rest[i].finishOpenSync() })
+	return errors.Join(errs...)
 }
 
 func (p *Partition) segments() []*segment {
@@ -134,7 +247,7 @@ func (p *Partition) open() error {
 	if err := fsys.MkdirAll(p.dir, 0o755); err != nil {
 		return err
 	}
-	if err := fsys.SyncDir(filepath.Dir(p.dir)); err != nil {
+	if err := p.openSyncDir(filepath.Dir(p.dir)); err != nil {
 		return err
 	}
 	names, err := fsys.ReadDir(p.dir)
@@ -185,7 +298,7 @@ func (p *Partition) open() error {
 			return err
 		}
 		f.Close()
-		if err := fsys.SyncDir(p.dir); err != nil {
+		if err := p.openSyncDir(p.dir); err != nil {
 			return err
 		}
 		seg.idx = &segmentIndex{}
@@ -239,7 +352,7 @@ func (p *Partition) open() error {
 		// After a crash the directory entries themselves (the last segment,
 		// created by a roll whose directory fsync may not have run) must be
 		// durable before anything in them counts as durable.
-		if err := fsys.SyncDir(p.dir); err != nil {
+		if err := p.openSyncDir(p.dir); err != nil {
 			return err
 		}
 	}
@@ -450,6 +563,10 @@ func (p *Partition) openActive(seg *segment, clean *cleanState) (scanned bool, e
 	}
 	// What survived the crash may still be only in the page cache: make it
 	// durable before it counts as below the high watermark.
+	if p.deferSync {
+		p.pendingActive = true
+		return true, nil
+	}
 	return true, f.Sync()
 }
 

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/zap/zaptest"
 
@@ -172,5 +173,64 @@ func TestSyncFSOnOS(t *testing.T) {
 	}
 	for i, p := range ps {
 		readAll(t, p, rand.New(rand.NewPCG(5, 5)), wants[i])
+	}
+}
+
+// A batch open (a broker's start) after a crash makes what it recovered
+// durable with one syncfs: everything survives a power loss right after,
+// on both the syncfs path and the one-by-one fallback.
+func TestOpenPartitionsAfterCrash(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fail error
+	}{{"syncfs", nil}, {"fallback", errors.New("injected syncfs failure")}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := memfs.New()
+			m.MkdirAll("/data", 0o755)
+			m.MarkAllSynced()
+			fsys := &syncfsMem{memFS: memFS{m}}
+			s := OpenStore(Options{FS: fsys, SyncInterval: time.Hour, Logger: zaptest.NewLogger(t)})
+			var dirs []string
+			var cfgs []Config
+			for i := 0; i < 40; i++ {
+				dirs = append(dirs, fmt.Sprintf("/data/t-%d", i))
+				cfgs = append(cfgs, Config{SegmentBytes: 2000})
+			}
+			ps, err := s.OpenPartitions(dirs, cfgs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Appends under the interval policy: in the page cache only.
+			wants := make([]map[int64][]byte, len(ps))
+			rng := rand.New(rand.NewPCG(6, 6))
+			for i, p := range ps {
+				wants[i] = map[int64][]byte{}
+				for j := 0; j < 10; j++ {
+					b := randBatch(rng, 1_700_000_000_000, 200)
+					res, err := p.Append(b)
+					if err != nil {
+						t.Fatal(err)
+					}
+					wants[i][res.BaseOffset] = storedCopy(b, res.BaseOffset)
+				}
+			}
+			// kill -9: the page cache (m) survives, the process (s, left
+			// open and unused) does not.
+			killed := &syncfsMem{memFS: memFS{m}, fail: tc.fail}
+			s2 := OpenStore(Options{FS: killed, Logger: zaptest.NewLogger(t)})
+			if _, err := s2.OpenPartitions(dirs, cfgs); err != nil {
+				t.Fatal(err)
+			}
+			if tc.fail == nil && killed.calls != 1 {
+				t.Fatalf("%d syncfs calls for the batch, want 1", killed.calls)
+			}
+			// Then a power loss: what the restart recovered must be durable.
+			lost := memFS{killed.FS.CrashClone(memfs.CrashConfig{UnsyncedMode: memfs.DropUnsynced})}
+			s3 := openStore(t, lost, 0)
+			for i, d := range dirs {
+				p := mustOpen(t, s3, d, cfgs[i])
+				readAll(t, p, rng, wants[i])
+			}
+		})
 	}
 }
