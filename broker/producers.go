@@ -152,20 +152,26 @@ func (p *partition) loadProducers() error {
 
 // saveProducers writes the snapshot; called on clean close.
 func (p *partition) saveProducers() {
+	if path, b, ok := p.producersFile(); ok {
+		log.WriteFileAtomic(log.OSFS, path, b)
+	}
+}
+
+// producersFile returns the producer-state snapshot to write at close and
+// its path; ok is false if there is none to write.
+func (p *partition) producersFile() (path string, b []byte, ok bool) {
 	if p.log.Err() != nil {
 		// A latched storage error: batches above the durable end may be
 		// gone after the restart (or come back from the page cache
 		// unsynced); the snapshot must not vouch for them. Open replays
 		// the headers of what actually survived instead.
-		return
+		return "", nil, false
 	}
 	p.mu.Lock()
 	snap := producerSnapshot{Version: 1, LogEnd: p.log.LogEndOffset(), Producers: p.producers}
 	b, err := json.Marshal(snap)
 	p.mu.Unlock()
-	if err == nil {
-		log.WriteFileAtomic(log.OSFS, filepath.Join(p.log.Dir(), producersFile), b)
-	}
+	return filepath.Join(p.log.Dir(), producersFile), b, err == nil
 }
 
 // producerSnapshotBelow encodes the producer state as of offset end: only

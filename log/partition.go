@@ -1,9 +1,11 @@
 package log
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -360,8 +362,9 @@ func (p *Partition) preallocateLocked(seg *segment, end, segmentBytes int64) {
 // trimLocked cuts seg's file back to its batches if it was preallocated
 // past them, before the segment is sealed or its partition closed (a
 // sealed file, an uploaded object and a clean close's size all end at the
-// last batch), and fsyncs the cut. seg is the active segment. p.mu held.
-func (p *Partition) trimLocked(seg *segment) error {
+// last batch), and fsyncs the cut if sync. seg is the active segment. p.mu
+// held.
+func (p *Partition) trimLocked(seg *segment, sync bool) error {
 	if seg.alloc <= seg.size.Load() {
 		return nil
 	}
@@ -373,8 +376,10 @@ func (p *Partition) trimLocked(seg *segment) error {
 	if err := h.f.Truncate(seg.size.Load()); err != nil {
 		return err
 	}
-	if err := p.fsyncActive(h.f); err != nil {
-		return err
+	if sync {
+		if err := p.fsyncActive(h.f); err != nil {
+			return err
+		}
 	}
 	seg.alloc = 0
 	return nil
@@ -482,7 +487,7 @@ func (p *Partition) syncEnd(st syncStep, err error) {
 // active segment and grow past what the bucket holds of it.
 func (p *Partition) rollLocked() error {
 	old := p.active
-	if err := p.trimLocked(old); err != nil {
+	if err := p.trimLocked(old, true); err != nil {
 		if re := asResource("trim segment", err); re != nil {
 			return re
 		}
@@ -577,7 +582,12 @@ func (p *Partition) Sync() error {
 // Close flushes and closes the partition: fsync, write the active segment's
 // indexes and a clean-shutdown record so the next open skips the tail scan.
 // Appends and durability waits that race Close get ErrClosed.
-func (p *Partition) Close() error {
+func (p *Partition) Close() error { return p.closeWith(nil) }
+
+// closeWith is Close; with a batch (Store.CloseBatch) nothing is fsync'd
+// here and the clean-close record is staged in it, to be made durable with
+// the batch's.
+func (p *Partition) closeWith(b *closeBatch) error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -585,7 +595,9 @@ func (p *Partition) Close() error {
 	}
 	p.closed = true
 	p.mu.Unlock()
-	p.sync(true)
+	if b == nil {
+		p.sync(true)
+	}
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -608,15 +620,24 @@ func (p *Partition) Close() error {
 		return e
 	}
 	seg := p.active
-	if err := p.trimLocked(seg); err != nil {
+	if err := p.trimLocked(seg, b == nil); err != nil {
 		// No clean-close record: the next open scans the segment and
 		// cuts the preallocated zeros.
 		return err
 	}
-	if err := writeIndexes(p.store.fs, seg, true); err != nil {
+	if err := writeIndexes(p.store.fs, seg, b == nil); err != nil {
 		return err
 	}
 	st := partitionState{LogStartOffset: p.logStart.Load(), Clean: &cleanState{
 		Base: seg.base, Size: seg.size.Load(), Next: seg.next.Load(), MaxTimestamp: seg.maxTs.Load()}}
+	if b != nil {
+		st.Version = 1
+		data, err := json.Marshal(st)
+		if err != nil {
+			return err
+		}
+		b.add(filepath.Join(p.dir, stateFile), data)
+		return nil
+	}
 	return writeState(p.store.fs, p.dir, st)
 }

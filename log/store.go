@@ -213,37 +213,9 @@ func (s *Store) Close() error {
 		parts = append(parts, p)
 	}
 	s.mu.Unlock()
-	// Each close is a few fsyncs (log, indexes, clean state): thousands of
-	// partitions one after another take tens of seconds, while the disk
-	// takes many fsyncs at once. Partitions share nothing a close needs
-	// but the file cache (its own lock) and the syncer (still running).
-	const closeParallelism = 32
-	var (
-		errMu sync.Mutex
-		err   error
-		wg    sync.WaitGroup
-	)
-	next := make(chan *Partition)
-	for range min(closeParallelism, len(parts)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p := range next {
-				if cerr := p.Close(); cerr != nil && !errors.Is(cerr, ErrClosed) {
-					errMu.Lock()
-					if err == nil {
-						err = cerr
-					}
-					errMu.Unlock()
-				}
-			}
-		}()
-	}
-	for _, p := range parts {
-		next <- p
-	}
-	close(next)
-	wg.Wait()
+	// Each close is a few fsyncs (log, indexes, clean state): CloseBatch
+	// shares them (syncfs), or runs many closes at once.
+	err := s.CloseBatch(parts, nil)
 	s.syncer.stop()
 	return err
 }

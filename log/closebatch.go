@@ -1,0 +1,140 @@
+package log
+
+import (
+	"errors"
+	"os"
+	"sync"
+
+	"go.uber.org/zap"
+)
+
+// closeBatch collects the atomic files (name → contents) a batch close
+// writes: the partitions' clean-close records and the caller's own.
+type closeBatch struct {
+	mu    sync.Mutex
+	names []string
+	data  [][]byte
+}
+
+func (b *closeBatch) add(name string, data []byte) {
+	b.mu.Lock()
+	b.names = append(b.names, name)
+	b.data = append(b.data, data)
+	b.mu.Unlock()
+}
+
+// CloseBatch closes ps as Close does each, and also writes files (path →
+// contents, each replaced atomically, such as the broker's producer-state
+// snapshots), with the durability work shared: where the store's file
+// system has syncfs (FSSyncer) and every partition is on one, the whole
+// batch costs two syncfs calls instead of about six fsyncs per partition:
+//
+//  1. each partition (32 at once): final data, trimmed file, index files,
+//     all written, none fsync'd; its clean-close record and the files
+//     given are written as temporary files;
+//  2. one syncfs: all of it durable;
+//  3. every temporary file renamed over its target;
+//  4. one syncfs: the renames durable.
+//
+// A crash anywhere leaves each file old or new (a partition without its new
+// clean-close record is recovered by a scan at the next open, as after any
+// crash). If a syncfs fails nothing is renamed and the error is returned:
+// the next start recovers every partition. Elsewhere (no syncfs) it closes
+// each partition with Close and writes each file with WriteFileAtomic, 32
+// at once.
+func (s *Store) CloseBatch(ps []*Partition, files map[string][]byte) error {
+	same := s.fss != nil
+	for _, p := range ps {
+		if !p.devKnown || p.dev != ps[0].dev {
+			same = false
+		}
+	}
+	if !same || len(ps) == 0 {
+		var names []string
+		for n := range files {
+			names = append(names, n)
+		}
+		errs := make([]error, len(ps)+len(names))
+		eachParallel(closeParallelism, len(ps)+len(names), func(i int) {
+			if i < len(ps) {
+				if err := ps[i].Close(); err != nil && !errors.Is(err, ErrClosed) {
+					errs[i] = err
+				}
+				return
+			}
+			errs[i] = WriteFileAtomic(s.fs, names[i-len(ps)], files[names[i-len(ps)]])
+		})
+		return errors.Join(errs...)
+	}
+	b := &closeBatch{}
+	for n, data := range files {
+		b.add(n, data)
+	}
+	errs := make([]error, len(ps))
+	eachParallel(closeParallelism, len(ps), func(i int) {
+		if err := ps[i].closeWith(b); err != nil && !errors.Is(err, ErrClosed) {
+			errs[i] = err
+		}
+	})
+	werrs := make([]error, len(b.names))
+	eachParallel(closeParallelism, len(b.names), func(i int) {
+		werrs[i] = writeTemp(s.fs, b.names[i], b.data[i])
+	})
+	err := errors.Join(append(errs, werrs...)...)
+	dir := ps[0].dir
+	if serr := s.syncFS(dir); serr != nil {
+		s.logger.Error("syncfs at close failed: no clean-close records written, every partition is recovered at the next start", zap.Error(serr))
+		return errors.Join(err, serr)
+	}
+	rerrs := make([]error, len(b.names))
+	eachParallel(closeParallelism, len(b.names), func(i int) {
+		if werrs[i] == nil {
+			rerrs[i] = s.fs.Rename(b.names[i]+".tmp", b.names[i])
+		}
+	})
+	err = errors.Join(err, errors.Join(rerrs...))
+	if serr := s.syncFS(dir); serr != nil {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
+
+// closeParallelism is how many partitions a close runs at once.
+const closeParallelism = 32
+
+// writeTemp writes data to name+".tmp" (replacing a leftover), unsynced.
+func writeTemp(fs FS, name string, data []byte) error {
+	tmp := name + ".tmp"
+	if err := fs.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	f, err := fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(data, 0)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// eachParallel runs fn(0..n-1), up to k at once.
+func eachParallel(k, n int, fn func(int)) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(k, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				fn(i)
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
