@@ -102,9 +102,13 @@ fuzz:
 BENCH_ARGS ?=
 # e.g. SIDE_BY_SIDE_ARGS="-rounds 1 -p1-records 200000 -e2e-duration 5s" for a quick look.
 SIDE_BY_SIDE_ARGS ?=
+# Scale block (bench/runner/scale.go): partition counts, e.g. SCALE_PARTITIONS=1000,10000; SCALE_ARGS="-scale-kfake=false".
+SCALE_PARTITIONS ?= 1000,10000,100000
+SCALE_ARGS ?=
 bench: build tools
 	cd bench && $(GO) build -o $(CURDIR)/bin/kfake ./kfake
 	cd bench && $(GO) run ./runner -synapse $(CURDIR)/bin/synapse -kfake $(CURDIR)/bin/kfake $(SIDE_BY_SIDE_ARGS)
+	cd bench && $(GO) run ./runner -synapse $(CURDIR)/bin/synapse -kfake $(CURDIR)/bin/kfake -scale-only -scale $(SCALE_PARTITIONS) $(SCALE_ARGS)
 	./bin/synapse bench log $(BENCH_ARGS)
 	@# Flush what the runs above left dirty, so its writeback does not run during the tiering benchmarks.
 	sync

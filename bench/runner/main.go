@@ -56,6 +56,8 @@ type options struct {
 	authRate       float64
 	authDialers    int
 	authMaxDialers int
+
+	scale scaleOptions // scale.go
 }
 
 func main() {
@@ -74,6 +76,7 @@ func main() {
 	flag.Float64Var(&o.authRate, "auth-rate", 1000, "new SCRAM connections per second of the auth load under produce")
 	flag.IntVar(&o.authDialers, "auth-dialers", 8, "concurrent dialers of the auth load")
 	flag.IntVar(&o.authMaxDialers, "auth-max-dialers", 16, "concurrent dialers of the as-fast-as-possible auth run")
+	scaleFlags(&o.scale)
 	flag.Parse()
 	if o.secRounds < 0 {
 		o.secRounds = o.rounds
@@ -91,6 +94,9 @@ func main() {
 type runner struct {
 	o       options
 	samples map[string]map[string][]float64 // metric → broker → values
+
+	scaleNofile   uint64   // the brokers' descriptor limit in the scale block
+	scaleFailures []string // sizes a broker could not finish
 }
 
 func (r *runner) add(metric, broker string, v float64) {
@@ -121,6 +127,9 @@ func (r *runner) targets() (synapse, kfake, kfakeSync, blackhole target) {
 }
 
 func (r *runner) run() error {
+	if r.o.scale.only {
+		return r.scaleBlock()
+	}
 	if !r.o.secOnly {
 		if err := r.sideBySide(); err != nil {
 			return err
@@ -136,6 +145,9 @@ func (r *runner) run() error {
 				return fmt.Errorf("security, kfake: %w", err)
 			}
 		}
+	}
+	if len(r.o.scale.sizes) > 0 {
+		return r.scaleBlock()
 	}
 	return nil
 }
@@ -518,13 +530,21 @@ var order = []string{
 
 func (r *runner) report(w io.Writer, took time.Duration) {
 	host, _ := os.Hostname()
-	fmt.Fprintf(w, "\n`make bench` side by side, %s, %d CPUs, %s, host %s, %d rounds (A B B A), %s in all.\n",
-		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), host, r.o.rounds, took.Round(time.Second))
-	if !r.o.secOnly {
+	if r.o.scale.only {
+		fmt.Fprintf(w, "\n`make bench` scale block, %s, %d CPUs, %s, host %s, %s in all.\n",
+			time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), host, took.Round(time.Second))
+	} else {
+		fmt.Fprintf(w, "\n`make bench` side by side, %s, %d CPUs, %s, host %s, %d rounds (A B B A), %s in all.\n",
+			time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), host, r.o.rounds, took.Round(time.Second))
+	}
+	if !r.o.secOnly && !r.o.scale.only {
 		r.reportSideBySide(w)
 	}
-	if r.o.secRounds > 0 {
+	if r.o.secRounds > 0 && !r.o.scale.only {
 		r.reportSecurity(w)
+	}
+	if len(r.o.scale.sizes) > 0 {
+		r.reportScale(w)
 	}
 	fmt.Fprintf(w, "Broker binaries: %s, %s.\n", filepath.Base(r.o.synapse), filepath.Base(r.o.kfake))
 }
