@@ -41,7 +41,9 @@ func (s *Server) handleMetadata(c *conn, req *kmsg.MetadataRequest) (kmsg.Respon
 	all := req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0)
 	if all {
 		z := s.sec.authz
-		for _, t := range s.reg.all() {
+		ts := s.reg.all()
+		resp.Topics = make([]kmsg.MetadataResponseTopic, 0, len(ts)+1)
+		for _, t := range ts {
 			if z == nil || z.Authorize(c.principal, c.ip, opDescribe, resTopic, t.name) {
 				resp.Topics = append(resp.Topics, s.metadataTopic(t))
 			}
@@ -96,18 +98,23 @@ func (s *Server) metadataTopic(t *topic) kmsg.MetadataResponseTopic {
 	mt.TopicID = t.id
 	mt.AuthorizedOperations = -2147483648
 	node := s.meta.m.NodeID
-	for _, p := range s.reg.partitionsOf(t) {
-		mp := kmsg.NewMetadataResponseTopicPartition()
+	// One replica list for every partition: the encoder only reads it (a
+	// full Metadata of 100 000 partitions allocated two slices each).
+	self := []int32{node}
+	parts := s.reg.partitionsOf(t)
+	mt.Partitions = make([]kmsg.MetadataResponseTopicPartition, len(parts))
+	for i, p := range parts {
+		mp := &mt.Partitions[i]
+		mp.Default()
 		mp.Partition = p.index
 		mp.Leader = node
 		mp.LeaderEpoch = s.meta.m.LeaderEpoch
-		mp.Replicas = []int32{node}
-		mp.ISR = []int32{node}
+		mp.Replicas = self
+		mp.ISR = self
 		if p.log.Err() != nil {
 			mp.ErrorCode = kerr.KafkaStorageError.Code
-			mp.OfflineReplicas = []int32{node}
+			mp.OfflineReplicas = self
 		}
-		mt.Partitions = append(mt.Partitions, mp)
 	}
 	return mt
 }

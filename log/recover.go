@@ -111,7 +111,7 @@ func (s *Store) openPartition(dir string, cfg Config, deferSync bool) (*Partitio
 	}
 	s.mu.Unlock()
 	cfg = cfg.withDefaults()
-	p := &Partition{store: s, dir: dir, logger: s.logger.With(zap.String("dir", dir)), deferSync: deferSync}
+	p := &Partition{store: s, dir: dir, logger: s.logger.WithLazy(zap.String("dir", dir)), deferSync: deferSync}
 	p.cfg.Store(&cfg)
 	ch := make(chan struct{})
 	p.notify.Store(&ch)
