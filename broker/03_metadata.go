@@ -98,10 +98,24 @@ func (s *Server) metadataTopic(t *topic) kmsg.MetadataResponseTopic {
 	mt.TopicID = t.id
 	mt.AuthorizedOperations = -2147483648
 	node := s.meta.m.NodeID
-	// One replica list for every partition: the encoder only reads it (a
-	// full Metadata of 100 000 partitions allocated two slices each).
-	self := []int32{node}
 	parts := s.reg.partitionsOf(t)
+	// While every partition is online the list is the same each time:
+	// built once, shared by every response (the encoder only reads it), so
+	// a full Metadata of 100 000 partitions allocates nothing per
+	// partition. A partition count change or an offline partition builds
+	// it anew.
+	online := true
+	for _, p := range parts {
+		if p.log.Err() != nil {
+			online = false
+			break
+		}
+	}
+	if c := t.meta.Load(); online && c != nil && len(*c) == len(parts) {
+		mt.Partitions = *c
+		return mt
+	}
+	self := []int32{node} // one replica list for every partition
 	mt.Partitions = make([]kmsg.MetadataResponseTopicPartition, len(parts))
 	for i, p := range parts {
 		mp := &mt.Partitions[i]
@@ -115,6 +129,10 @@ func (s *Server) metadataTopic(t *topic) kmsg.MetadataResponseTopic {
 			mp.ErrorCode = kerr.KafkaStorageError.Code
 			mp.OfflineReplicas = self
 		}
+	}
+	if online {
+		ps := mt.Partitions
+		t.meta.Store(&ps)
 	}
 	return mt
 }

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
 	"github.com/synapsebroker/synapse/log"
@@ -28,6 +29,9 @@ type topic struct {
 	configs    map[string]string // only those set on the topic
 	stamps     stampPolicy       // from configs (setConfigsLocked), for produce
 	partitions []*partition
+	// meta is the Metadata partition list last built while every
+	// partition was online (03_metadata.go); shared read-only by responses.
+	meta atomic.Pointer[[]kmsg.MetadataResponseTopicPartition]
 }
 
 // setConfigsLocked sets t's configs and what produce derives from them.

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/synapsebroker/synapse/internal/fdbudget"
+	"github.com/synapsebroker/synapse/log/internal/testbatch"
 )
 
 // emfileFS fails every OpenFile with EMFILE while fail is set, as the kernel
@@ -123,7 +124,14 @@ func TestBudgetRefusesReadsBeforeWrites(t *testing.T) {
 	var ps []*Partition
 	for i := 0; i < 10; i++ {
 		p := mustOpen(t, s, fmt.Sprintf("/data/t-%d", i), Config{})
-		if err := appendDurable(p, rng, 2, map[int64][]byte{}); err != nil {
+		// Batches above smallRead: reads pin their files even under
+		// pressure.
+		big := testbatch.Make(testbatch.Options{Records: 1, ValueSize: smallRead + 1})
+		res, err := p.Append(big)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.WaitDurable(res.LastOffset + 1); err != nil {
 			t.Fatal(err)
 		}
 		ps = append(ps, p)
@@ -160,4 +168,62 @@ func TestBudgetRefusesReadsBeforeWrites(t *testing.T) {
 		t.Fatalf("read after release: %v", err)
 	}
 	res.Release()
+}
+
+// Under descriptor pressure small reads come back as bytes in memory, their
+// files released at once: a fetch of many partitions pins none of them, and
+// what it returns is the batches themselves.
+func TestSmallReadsUnderPressureHoldNoFile(t *testing.T) {
+	rng := rand.New(rand.NewPCG(10, 10))
+	_, fsys := newMemFS(t)
+	b := fdbudget.New(8)
+	s := OpenStore(Options{FS: fsys, FDs: b, MaxOpenFiles: 1024, Logger: zaptest.NewLogger(t)})
+	t.Cleanup(func() { s.Close() })
+	var ps []*Partition
+	var wants []map[int64][]byte
+	for i := 0; i < 30; i++ {
+		p := mustOpen(t, s, fmt.Sprintf("/data/t-%d", i), Config{})
+		want := map[int64][]byte{}
+		if err := appendDurable(p, rng, 3, want); err != nil {
+			t.Fatal(err)
+		}
+		ps, wants = append(ps, p), append(wants, want)
+	}
+	var held []*ReadResult
+	mem := 0
+	for i, p := range ps {
+		res, err := p.Read(0, 1<<20)
+		if err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		got, err := res.AppendTo(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var exp []byte
+		for off := int64(0); off < p.LogEndOffset(); {
+			bb, ok := wants[i][off]
+			if !ok {
+				t.Fatalf("no batch at %d", off)
+			}
+			exp = append(exp, bb...)
+			h, _ := ParseBatchHeader(bb)
+			off = h.NextOffset()
+		}
+		if string(got) != string(exp) {
+			t.Fatalf("partition %d: read %d bytes, want the %d appended", i, len(got), len(exp))
+		}
+		for _, c := range res.Chunks {
+			if c.h == nil {
+				mem++
+			}
+		}
+		held = append(held, res)
+	}
+	if used, _, _ := b.Stats(); used > b.Max() || mem == 0 {
+		t.Fatalf("%d memory chunks, %d descriptors used of %d", mem, used, b.Max())
+	}
+	for _, r := range held {
+		r.Release()
+	}
 }

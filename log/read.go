@@ -13,6 +13,7 @@ import (
 // sendfile(2) at an explicit offset (the file position is never used).
 type Chunk struct {
 	h           *handle
+	mem         memFile // the bytes themselves, when h is nil (a small read under descriptor pressure)
 	Pos, Len    int64
 	FirstOffset int64 // base offset of the first batch in the chunk
 	NextOffset  int64 // offset after the last batch in the chunk
@@ -20,7 +21,36 @@ type Chunk struct {
 
 // File returns the open segment file. If it implements OSFile, the chunk can
 // go to a socket without passing through user memory.
-func (c Chunk) File() File { return c.h.f }
+func (c Chunk) File() File {
+	if c.h == nil {
+		return c.mem
+	}
+	return c.h.f
+}
+
+// memFile is a chunk's bytes held in memory: a read-only File.
+type memFile []byte
+
+func (m memFile) ReadAt(b []byte, off int64) (int, error) {
+	if off < 0 || off > int64(len(m)) {
+		return 0, io.EOF
+	}
+	n := copy(b, m[off:])
+	if n < len(b) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+func (memFile) WriteAt([]byte, int64) (int, error) { return 0, errors.ErrUnsupported }
+func (memFile) Sync() error                        { return nil }
+func (memFile) Truncate(int64) error               { return errors.ErrUnsupported }
+func (m memFile) Size() (int64, error)             { return int64(len(m)), nil }
+func (memFile) Close() error                       { return nil }
+
+// smallRead is the largest chunk a read copies into memory (releasing its
+// file at once) while descriptors are short: a fetch of thousands of
+// partitions then pins no file for each, and serves them all.
+const smallRead = 64 << 10
 
 // ReadResult is what Read returns: whole batches as file ranges, plus the
 // partition's offsets as of the read. Release it when the bytes are sent.
@@ -41,7 +71,9 @@ var readResultPool = sync.Pool{New: func() any { return new(ReadResult) }}
 // after.
 func (r *ReadResult) Release() {
 	for _, c := range r.Chunks {
-		r.store.cache.release(c.h)
+		if c.h != nil {
+			r.store.cache.release(c.h)
+		}
 	}
 	*r = ReadResult{}
 	readResultPool.Put(r)
@@ -53,7 +85,7 @@ func (r *ReadResult) AppendTo(dst []byte) ([]byte, error) {
 	for _, c := range r.Chunks {
 		n := len(dst)
 		dst = append(dst, make([]byte, c.Len)...)
-		if _, err := c.h.f.ReadAt(dst[n:], c.Pos); err != nil && !(errors.Is(err, io.EOF) && int64(len(dst)-n) == c.Len) {
+		if _, err := c.File().ReadAt(dst[n:], c.Pos); err != nil && !(errors.Is(err, io.EOF) && int64(len(dst)-n) == c.Len) {
 			return dst[:n], err
 		}
 	}
@@ -64,7 +96,7 @@ func (r *ReadResult) AppendTo(dst []byte) ([]byte, error) {
 func (r *ReadResult) WriteTo(w io.Writer) (int64, error) {
 	var total int64
 	for _, c := range r.Chunks {
-		n, err := io.Copy(w, io.NewSectionReader(c.h.f, c.Pos, c.Len))
+		n, err := io.Copy(w, io.NewSectionReader(c.File(), c.Pos, c.Len))
 		total += n
 		if err != nil {
 			return total, err
@@ -146,12 +178,21 @@ func (p *Partition) read(offset int64, maxBytes int64, minOne bool) (*ReadResult
 			}
 			break
 		}
+		inside := c.Pos+c.Len < limit // the budget ended inside this segment
+		if c.Len <= smallRead && p.store.cache.pressed() {
+			// Short of descriptors: hand over the bytes, not the file.
+			buf := make([]byte, c.Len)
+			if _, err := c.h.f.ReadAt(buf, c.Pos); err == nil {
+				p.store.cache.release(c.h)
+				c.h, c.mem, c.Pos = nil, buf, 0
+			}
+		}
 		first = false
 		res.Chunks = append(res.Chunks, c)
 		res.Bytes += c.Len
 		res.NextOffset = c.NextOffset
 		maxBytes -= c.Len
-		if c.Pos+c.Len < limit {
+		if inside {
 			break // budget exhausted inside this segment
 		}
 		offset = seg.next.Load()

@@ -491,6 +491,15 @@ func (c *fileCache) openFile(name string, flag int, refuse bool) (File, error) {
 	return f, nil
 }
 
+// pressed reports whether less than half the descriptor budget is free.
+func (c *fileCache) pressed() bool {
+	if c.budget == nil {
+		return false
+	}
+	used, _, _ := c.budget.Stats()
+	return used > c.budget.Max()/2
+}
+
 // shed closes up to a sixteenth of the idle cached files (at least 8), for
 // room under the descriptor limit, and returns how many it closed.
 func (c *fileCache) shed() int {

@@ -329,7 +329,10 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 	// in-flight requests, the final upload and closing (DESIGN.md,
 	// "Shutdown sequence").
 	began := time.Now()
-	deadline := began.Add(o.shutdownTimeout)
+	// The broker's share ends a little before the deadline: the process
+	// cannot exit while one of its threads is inside an fsync or syncfs
+	// (the kernel finishes the call first), and those run to the end.
+	deadline := began.Add(o.shutdownTimeout - min(time.Second, o.shutdownTimeout/10))
 	sctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	if hs != nil {
