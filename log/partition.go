@@ -311,6 +311,9 @@ func (p *Partition) appendChecked(batch []byte, h BatchHeader, cfg *Config) (App
 		return AppendResult{}, p.failLocked("write", err)
 	}
 	end := size + int64(len(batch))
+	if len(batch) >= writebackMin && p.store.Durable() {
+		startWriteback(p.activeH.f, size, int64(len(batch)))
+	}
 	seg.mu.Lock()
 	seg.addToIndexLocked(seg.idx, &p.sinceIndex, cfg.IndexIntervalBytes, size, &h)
 	seg.markVerifiedLocked(size, end)
@@ -331,6 +334,11 @@ func (p *Partition) appendChecked(batch []byte, h BatchHeader, cfg *Config) (App
 	}
 	return AppendResult{BaseOffset: base, LastOffset: h.LastOffset(), LogStartOffset: p.logStart.Load(), Header: h}, nil
 }
+
+// writebackMin is the smallest append whose writeback starts at once
+// (startWriteback) under the durable policy: a large batch is mostly on
+// the disk by the time its group commit's fdatasync runs.
+const writebackMin = 128 << 10
 
 // Preallocation steps: a segment is preallocated after preallocAfter
 // appends, by steps that double from preallocMin to preallocMax (so the

@@ -32,3 +32,21 @@ func allocate(f File, size int64) error {
 	}
 	return ferr
 }
+
+// startWriteback asks the kernel to start writing [off, off+n) of f to the
+// disk now, without waiting (sync_file_range SYNC_FILE_RANGE_WRITE), so the
+// group commit's fdatasync finds most of a large append already written.
+// Best effort: errors are ignored (the fdatasync reports what matters).
+func startWriteback(f File, off, n int64) {
+	of, ok := f.(OSFile)
+	if !ok || of.OSFile() == nil {
+		return
+	}
+	rc, err := of.OSFile().SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Control(func(fd uintptr) {
+		unix.SyncFileRange(int(fd), off, n, unix.SYNC_FILE_RANGE_WRITE)
+	})
+}
