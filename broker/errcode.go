@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"go.uber.org/zap"
 
+	"github.com/synapsebroker/synapse/internal/fdbudget"
 	"github.com/synapsebroker/synapse/log"
 )
 
@@ -23,7 +24,7 @@ func (s *Server) errorCode(err error) int16 {
 		return kerr.CorruptMessage.Code
 	case errors.Is(err, log.ErrInvalidBatch):
 		return kerr.InvalidRecord.Code
-	case errors.Is(err, log.ErrResource):
+	case errors.Is(err, log.ErrResource), fdbudget.IsResource(err):
 		// Short of descriptors, memory or disk: retriable, the partition
 		// stays online (Kafka's clients retry KAFKA_STORAGE_ERROR).
 		s.repeat.Warn("short of a resource: request refused, retriable", zap.Error(err))

@@ -221,7 +221,7 @@ func (s *Server) ServeListener(ln net.Listener, l Listener) error {
 			}
 			// Anything else (EMFILE, ECONNABORTED, ...) is worth a retry.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.logger.Warn("accept error; retrying", zap.Error(err), zap.Duration("backoff", backoff))
+			s.repeat.Warn("accept error; retrying", zap.Error(err), zap.Duration("backoff", backoff))
 			time.Sleep(backoff)
 			continue
 		}
