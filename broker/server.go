@@ -442,7 +442,7 @@ func (s *Server) maintain() {
 					s.repeat.Warn("maintenance", zap.String("topic", tp.name), zap.Int32("partition", p.index), zap.Error(err))
 					continue
 				}
-				if s.cfg.Tier != nil && s.ctx.Err() == nil {
+				if s.cfg.Tier != nil && s.ctx.Err() == nil && !s.tierIdle(p, now) {
 					sem <- struct{}{}
 					wg.Add(1)
 					go func() {

@@ -38,7 +38,62 @@ func (p *partition) tierKey() tiering.PartitionKey {
 const tierOpTimeout = 2 * time.Minute
 
 // tierPartition runs one partition's tiering step.
+// tierSig is what a partition's tiering work depends on besides the clock:
+// a pass that found nothing to do records it, and later passes skip the
+// partition while it is unchanged (tierIdle), so an idle broker's passes cost
+// O(partitions that changed), not a bucket round per partition.
+type tierSig struct {
+	leo, logStart, localStart int64
+	segments                  int
+	configs                   uint64 // topic.configGen
+	at                        time.Time
+}
+
+func (s *Server) tierSigOf(p *partition, now time.Time) tierSig {
+	return tierSig{leo: p.log.LogEndOffset(), logStart: p.log.LogStartOffset(), localStart: p.log.LocalStartOffset(),
+		segments: p.log.SegmentCount(), configs: s.reg.configGenOf(p.topic), at: now}
+}
+
+// tierIdleRecheck bounds how long an unchanged partition goes without its
+// tiering work (time alone can make a segment due for retention): a
+// quarter of its shortest time-based retention, at most a minute (Kafka
+// checks retention every 5 minutes).
+const tierIdleRecheck = time.Minute
+
+// tierIdle reports whether p's last pass found nothing to do and nothing
+// has changed since (and it is not yet due for a recheck).
+func (s *Server) tierIdle(p *partition, now time.Time) bool {
+	last := p.tierIdle.Load()
+	if last == nil || p.mirrorDue.Load() {
+		return false
+	}
+	cur := s.tierSigOf(p, now)
+	cur.at = last.at
+	if cur != *last {
+		return false
+	}
+	recheck := tierIdleRecheck
+	set := s.reg.configsOf(p.topic)
+	_, rm := retention(set)
+	for _, ms := range []int64{rm, s.localRetention(set, "local.retention.ms", "retention.ms")} {
+		if ms >= 0 {
+			recheck = min(recheck, time.Duration(ms)*time.Millisecond/4)
+		}
+	}
+	return now.Sub(last.at) < recheck
+}
+
 func (s *Server) tierPartition(p *partition, now time.Time) {
+	sig := s.tierSigOf(p, now)
+	p.tierIdle.Store(nil)
+	if s.tierPartitionWork(p, now) {
+		p.tierIdle.Store(&sig)
+	}
+}
+
+// tierPartitionWork uploads, mirrors, releases and applies retention for
+// p; it reports whether it found nothing to do and nothing failed.
+func (s *Server) tierPartitionWork(p *partition, now time.Time) (idle bool) {
 	t := s.cfg.Tier
 	ctx, cancel := context.WithTimeout(s.ctx, tierOpTimeout)
 	defer cancel()
@@ -50,24 +105,33 @@ func (s *Server) tierPartition(p *partition, now time.Time) {
 	n, err := t.Upload(ctx, pk, p.log)
 	if err != nil {
 		warn("upload to the tiered store", err) // retried next pass
-		return
+		return false
 	}
+	idle = n == 0
 	if n > 0 {
 		p.mirrorDue.Store(true)
 	}
-	if p.mirrorDue.Load() && s.mirrorProducers(ctx, p) {
-		p.mirrorDue.Store(false) // else retried next pass, new uploads or not
+	if p.mirrorDue.Load() {
+		idle = false
+		if s.mirrorProducers(ctx, p) {
+			p.mirrorDue.Store(false) // else retried next pass, new uploads or not
+		}
 	}
 	set := s.reg.configsOf(p.topic)
 	keepBytes := s.localRetention(set, "local.retention.bytes", "retention.bytes")
 	keepMs := s.localRetention(set, "local.retention.ms", "retention.ms")
-	if _, err := t.ReleaseLocal(ctx, pk, p.log, keepBytes, keepMs, now); err != nil {
+	if released, err := t.ReleaseLocal(ctx, pk, p.log, keepBytes, keepMs, now); err != nil {
 		warn("release local segments", err)
+		idle = false
+	} else if released > 0 {
+		idle = false
 	}
 	rb, rm := retention(set)
 	if err := t.ApplyRetention(ctx, pk, p.log, rb, rm, now); err != nil {
 		warn("retention in the tiered store", err)
+		idle = false
 	}
+	return idle
 }
 
 // checkDiskBudget enforces --local-disk-budget and --local-disk-reserve

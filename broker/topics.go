@@ -28,6 +28,7 @@ type topic struct {
 	id         [16]byte
 	configs    map[string]string // only those set on the topic
 	stamps     stampPolicy       // from configs (setConfigsLocked), for produce
+	configGen  uint64            // bumped by setConfigsLocked (r.mu)
 	partitions []*partition
 	// meta is the Metadata partition list last built while every
 	// partition was online (03_metadata.go); shared read-only by responses.
@@ -41,6 +42,15 @@ func (t *topic) setConfigsLocked(configs map[string]string) {
 		configs = map[string]string{}
 	}
 	t.configs, t.stamps = configs, stampPolicyOf(configs)
+	t.configGen++
+}
+
+// configGenOf returns how many times t's configs were set (a change makes
+// its partitions due for tiering work at once).
+func (r *registry) configGenOf(t *topic) uint64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return t.configGen
 }
 
 // partition is one partition of a topic: its log and producer state.
@@ -54,6 +64,9 @@ type partition struct {
 	// mirrorDue: the bucket's copy of the producer state is behind what
 	// was uploaded (with tiering).
 	mirrorDue atomic.Bool
+	// tierIdle: the last maintenance pass found nothing to tier, as of
+	// this state (tiering.go, tierIdle); nil: due.
+	tierIdle atomic.Pointer[tierSig]
 }
 
 // registry is the persisted set of topics. Lock order: registry.mu before

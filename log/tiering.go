@@ -30,6 +30,9 @@ func (p *Partition) LocalStartOffset() int64 {
 	return max(segs[0].base, p.logStart.Load())
 }
 
+// SegmentCount returns the number of local segments (the active one too).
+func (p *Partition) SegmentCount() int { return len(p.segments()) }
+
 // SealedSegments lists the sealed (immutable, durable) local segments, oldest
 // first. Their files are complete: data, offset index and time index.
 func (p *Partition) SealedSegments() []SegmentInfo {

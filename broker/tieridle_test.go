@@ -1,0 +1,55 @@
+package broker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/synapsebroker/synapse/tiering"
+)
+
+// An unchanged partition whose last pass found nothing to tier is skipped
+// by later passes; an append, a config change or the recheck interval makes
+// it due again.
+func TestTierIdlePartitionsAreSkipped(t *testing.T) {
+	store := tiering.NewMemStore()
+	ts := startServerConfig(t, Config{Tier: tiering.New(store, nil, 8<<20), MaintenanceInterval: time.Hour})
+	cl, adm := client(t, ts.addr, kgo.ProducerLinger(0))
+	ctx := ctxT(t)
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"retention.ms": kstr("-1")}, "idle"); err != nil {
+		t.Fatal(err)
+	}
+	p := ts.reg.partition(ts.reg.get("idle"), 0)
+	now := time.Now()
+	ts.tierPartition(p, now) // mirrors the producer state of a new partition: not idle yet
+	ts.tierPartition(p, now)
+	if !ts.tierIdle(p, now) {
+		t.Fatal("unchanged partition with nothing to tier is not idle")
+	}
+	if ts.tierIdle(p, now.Add(tierIdleRecheck)) {
+		t.Fatal("idle partition not rechecked after tierIdleRecheck")
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "idle", Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if ts.tierIdle(p, now) {
+		t.Fatal("partition still idle after an append")
+	}
+	for ts.tierPartition(p, now); !ts.tierIdle(p, now); ts.tierPartition(p, now) {
+		if ctx.Err() != nil {
+			t.Fatal("never idle again")
+		}
+	}
+	if _, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "retention.ms", Value: kstr("1000")}}, "idle"); err != nil {
+		t.Fatal(err)
+	}
+	if ts.tierIdle(p, now) {
+		t.Fatal("partition still idle after a config change")
+	}
+	ts.tierPartition(p, now)
+	if ts.tierIdle(p, now.Add(251*time.Millisecond)) {
+		t.Fatal("retention.ms=1000: an idle partition must be rechecked after a quarter of it")
+	}
+}
