@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -414,7 +415,13 @@ func (p *Partition) WaitDurable(off int64) error {
 		if closed {
 			return ErrClosed
 		}
-		p.store.syncer.commit()
+		if p.store.syncer.commit() && p.wokeAt.Load() != 0 && time.Since(p.WokeAt()) < time.Millisecond {
+			// This round woke readers waiting at the log end (a tail
+			// consumer's long poll): let them run before this producer's
+			// answer is written, so the record reaches the consumer as
+			// soon as it is durable.
+			runtime.Gosched()
+		}
 	}
 }
 
