@@ -3,6 +3,7 @@ package log
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/synapsebroker/synapse/internal/fdbudget"
 )
@@ -78,6 +79,16 @@ func (e *ResourceError) Is(target error) bool { return target == ErrResource }
 // Unwrap returns the cause.
 func (e *ResourceError) Unwrap() error { return e.Err }
 
+// openRefused is asResource for the steps whose only resource failure can
+// be the open: a directory fsync's own ENOSPC/ENOMEM is a failed fsync.
+func openRefused(op string, err error) *ResourceError {
+	var pe *os.PathError
+	if errors.Is(err, errNoDescriptor) || (errors.As(err, &pe) && pe.Op == "open") {
+		return asResource(op, err)
+	}
+	return nil
+}
+
 // asResource returns err as a *ResourceError if it is one already, or the
 // budget's refusal or the kernel running short (EMFILE, ENFILE, ENOMEM,
 // ENOSPC, ...); else nil.
@@ -85,6 +96,10 @@ func asResource(op string, err error) *ResourceError {
 	var re *ResourceError
 	if errors.As(err, &re) {
 		return re
+	}
+	var se *StorageError
+	if errors.As(err, &se) {
+		return nil // latched already (an fsync that reported ENOSPC is a storage error)
 	}
 	if errors.Is(err, errNoDescriptor) || fdbudget.IsResource(err) {
 		return &ResourceError{Op: op, Err: err}

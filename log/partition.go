@@ -194,7 +194,7 @@ func (p *Partition) setHWLocked(m mark) {
 // failLocked latches a storage error: the partition goes offline.
 func (p *Partition) failLocked(op string, err error) error {
 	se := p.latch(op, err)
-	if op == "fsync" {
+	if se.Op == "fsync" { // the latched failure: a trim's fsync latches as "fsync" first
 		p.markUnsyncedLocked()
 	}
 	p.wake()
@@ -357,15 +357,16 @@ const (
 // p.mu held.
 func (p *Partition) preallocateLocked(seg *segment, end, segmentBytes int64) {
 	seg.appends++
-	if end <= seg.alloc || seg.appends < preallocAfter || seg.alloc < 0 {
+	if end <= seg.alloc || seg.appends < preallocAfter || seg.noPrealloc {
 		return
 	}
 	want := min(end+min(max(seg.alloc, preallocMin), preallocMax), max(segmentBytes, end))
-	if err := allocate(p.activeH.f, want); err != nil {
-		seg.alloc = -1 // unsupported or no space: not again for this segment
-		return
-	}
+	// Even a failed fallocate may have extended the file: trimming must
+	// look at want either way.
 	seg.alloc = want
+	if err := allocate(p.activeH.f, want); err != nil {
+		seg.noPrealloc = true // unsupported or no space: not again for this segment
+	}
 }
 
 // trimLocked cuts seg's file back to its batches if it was preallocated
@@ -534,7 +535,11 @@ func (p *Partition) rollLocked() error {
 	}
 	f.Close()
 	if err := p.store.fs.SyncDir(p.dir); err != nil {
-		if re := asResource("fsync dir", err); re != nil {
+		if re := openRefused("fsync dir", err); re != nil {
+			// Nothing refers to the new file yet: remove it, or a later
+			// roll at another offset would leave it behind as a segment
+			// that does not join up.
+			p.store.fs.Remove(seg.logPath)
 			return re
 		}
 		return p.failLocked("fsync dir", err)

@@ -48,8 +48,8 @@ func (p *Partition) usableLocked() error {
 
 func (p *Partition) setLogStartLocked(offset int64) error {
 	if err := writeState(p.store.fs, p.dir, partitionState{LogStartOffset: offset}); err != nil {
-		if re := asResource("write partition state", err); re != nil {
-			return re // the old state stands; the caller may retry
+		if re := openRefused("write partition state", err); re != nil {
+			return re // refused before anything was written: the old state stands; the caller may retry
 		}
 		return p.failLocked("write partition state", err)
 	}

@@ -34,8 +34,9 @@ type segment struct {
 	// Preallocation (Options.Preallocate), guarded by the partition's mu:
 	// the file size fallocate set (0: none; the file ends at size) and
 	// the appends so far.
-	alloc   int64
-	appends int
+	alloc      int64
+	appends    int
+	noPrealloc bool // a fallocate failed: no more for this segment
 
 	fh      *handle // guarded by fileCache.mu
 	dropped bool    // deleted or closed: never cache a handle again; fileCache.mu
