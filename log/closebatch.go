@@ -11,15 +11,17 @@ import (
 // closeBatch collects the atomic files (name → contents) a batch close
 // writes: the partitions' clean-close records and the caller's own.
 type closeBatch struct {
-	mu    sync.Mutex
-	names []string
-	data  [][]byte
+	mu     sync.Mutex
+	names  []string
+	data   [][]byte
+	owners []*Partition // the partition a clean-close record is of; nil for the caller's files
 }
 
-func (b *closeBatch) add(name string, data []byte) {
+func (b *closeBatch) add(name string, data []byte, owner *Partition) {
 	b.mu.Lock()
 	b.names = append(b.names, name)
 	b.data = append(b.data, data)
+	b.owners = append(b.owners, owner)
 	b.mu.Unlock()
 }
 
@@ -43,13 +45,24 @@ func (b *closeBatch) add(name string, data []byte) {
 // each partition with Close and writes each file with WriteFileAtomic, 32
 // at once.
 func (s *Store) CloseBatch(ps []*Partition, files map[string][]byte) error {
-	same := s.fss != nil
+	same := s.fss != nil && len(ps) > 0
 	for _, p := range ps {
-		if !p.devKnown || p.dev != ps[0].dev {
+		if p.ds == nil || p.ds != ps[0].ds {
 			same = false
 		}
 	}
-	if !same || len(ps) == 0 {
+	var h SyncFSHandle
+	if same {
+		// Opened before anything of the batch is written, so its SyncFS
+		// reports any failure of those writes.
+		var err error
+		if h, err = s.openSyncFS(ps[0].dir); err != nil {
+			same = false
+		} else {
+			defer h.Close()
+		}
+	}
+	if !same {
 		var names []string
 		for n := range files {
 			names = append(names, n)
@@ -68,7 +81,7 @@ func (s *Store) CloseBatch(ps []*Partition, files map[string][]byte) error {
 	}
 	b := &closeBatch{}
 	for n, data := range files {
-		b.add(n, data)
+		b.add(n, data, nil)
 	}
 	errs := make([]error, len(ps))
 	eachParallel(closeParallelism, len(ps), func(i int) {
@@ -76,24 +89,31 @@ func (s *Store) CloseBatch(ps []*Partition, files map[string][]byte) error {
 			errs[i] = err
 		}
 	})
+	// A round that began before a partition was closed may still be
+	// fsyncing it: wait for it, then leave out the records of partitions
+	// it took offline (their durable-end mark stands).
+	s.syncer.waitRound()
 	werrs := make([]error, len(b.names))
 	eachParallel(closeParallelism, len(b.names), func(i int) {
 		werrs[i] = writeTemp(s.fs, b.names[i], b.data[i])
 	})
 	err := errors.Join(append(errs, werrs...)...)
-	dir := ps[0].dir
-	if serr := s.syncFS(dir); serr != nil {
+	if serr := h.SyncFS(); serr != nil {
 		s.logger.Error("syncfs at close failed: no clean-close records written, every partition is recovered at the next start", zap.Error(serr))
 		return errors.Join(err, serr)
 	}
 	rerrs := make([]error, len(b.names))
 	eachParallel(closeParallelism, len(b.names), func(i int) {
+		if o := b.owners[i]; o != nil && o.Err() != nil {
+			s.fs.Remove(b.names[i] + ".tmp")
+			return
+		}
 		if werrs[i] == nil {
 			rerrs[i] = s.fs.Rename(b.names[i]+".tmp", b.names[i])
 		}
 	})
 	err = errors.Join(err, errors.Join(rerrs...))
-	if serr := s.syncFS(dir); serr != nil {
+	if serr := h.SyncFS(); serr != nil {
 		err = errors.Join(err, serr)
 	}
 	return err

@@ -46,17 +46,23 @@ type OSFile interface {
 }
 
 // FSSyncer is implemented by file systems that can make every file of one
-// file system durable in one call (Linux's syncfs(2), which reports
-// writeback errors since 5.8). A group-commit round with many dirty
-// partitions uses it instead of one fdatasync each.
+// file system durable in one call (Linux's syncfs(2)). A group-commit round
+// with many dirty partitions uses it instead of one fdatasync each.
 type FSSyncer interface {
 	// Device identifies the file system holding dir; ok is false if
-	// SyncFS cannot be relied on there.
+	// syncfs cannot be relied on there.
 	Device(dir string) (dev uint64, ok bool)
-	// SyncFS makes the data and metadata of every file on the file system
-	// holding dir durable, and fails if any writeback there failed since
-	// the last report.
-	SyncFS(dir string) error
+	// OpenSyncFS returns a handle on the file system holding dir. Its
+	// SyncFS makes the data and metadata of every file there durable and
+	// fails if any writeback there failed since the handle was opened
+	// (each failure reported once per handle, whoever else saw it).
+	OpenSyncFS(dir string) (SyncFSHandle, error)
+}
+
+// SyncFSHandle is an open FSSyncer handle.
+type SyncFSHandle interface {
+	SyncFS() error
+	Close() error
 }
 
 // OSFS is the operating system's file system.

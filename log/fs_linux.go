@@ -35,9 +35,9 @@ func (f osFile) Sync() error {
 	return nil
 }
 
-// syncfsReports is whether this kernel's syncfs(2) reports writeback errors
-// (Linux 5.8 and later); before, a failed writeback went unreported and
-// syncfs cannot stand in for fdatasync.
+// syncfsReports is whether this kernel's syncfs(2) reports every failure:
+// writeback errors since Linux 5.8, the file system's own sync (a journal
+// commit) since 5.17. Before, syncfs cannot stand in for fdatasync.
 var syncfsReports = sync.OnceValue(func() bool {
 	var u unix.Utsname
 	if unix.Uname(&u) != nil {
@@ -53,7 +53,7 @@ var syncfsReports = sync.OnceValue(func() bool {
 	if err1 != nil || err2 != nil {
 		return false
 	}
-	return major > 5 || (major == 5 && minor >= 8)
+	return major > 5 || (major == 5 && minor >= 17)
 })
 
 func (osFS) Device(dir string) (uint64, bool) {
@@ -67,20 +67,47 @@ func (osFS) Device(dir string) (uint64, bool) {
 	return uint64(st.Dev), true
 }
 
-func (osFS) SyncFS(dir string) error {
+func (osFS) OpenSyncFS(dir string) (SyncFSHandle, error) {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return &os.PathError{Op: "open", Path: dir, Err: err}
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
 	}
-	defer unix.Close(fd)
+	return &syncfsHandle{fd: fd, dir: dir}, nil
+}
+
+// syncfsHandle is a directory descriptor held for syncfs(2): the kernel
+// samples the file system's writeback-error counter when it is opened, so
+// each later failure is reported to it once, whatever other callers of
+// syncfs saw.
+type syncfsHandle struct {
+	mu  sync.Mutex
+	fd  int
+	dir string
+}
+
+func (h *syncfsHandle) SyncFS() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var err error
 	for {
-		err = unix.Syncfs(fd)
+		err = unix.Syncfs(h.fd)
 		if !errors.Is(err, unix.EINTR) {
 			break
 		}
 	}
 	if err != nil {
-		return &os.PathError{Op: "syncfs", Path: dir, Err: err}
+		return &os.PathError{Op: "syncfs", Path: h.dir, Err: err}
 	}
 	return nil
+}
+
+func (h *syncfsHandle) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.fd < 0 {
+		return nil
+	}
+	err := unix.Close(h.fd)
+	h.fd = -1
+	return err
 }

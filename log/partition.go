@@ -100,8 +100,10 @@ type Partition struct {
 	dirty      bool // registered with the syncer
 	closed     bool
 
-	dev      uint64 // the file system holding dir (FSSyncer.Device), if devKnown
-	devKnown bool
+	// ds is the store's syncfs handle on the file system holding dir (nil:
+	// none); syncEpoch its error epoch as of p's last verified sync.
+	ds        *devSync
+	syncEpoch atomic.Uint64
 
 	// During a batch open (OpenPartitions): fsyncs left for the batch.
 	deferSync     bool
@@ -428,7 +430,16 @@ func (p *Partition) WaitDurable(off int64) error {
 
 // syncNow is one group-commit step for p: fsync what was written so far
 // (outside the lock), then advance the high watermark to it.
-func (p *Partition) syncNow() { p.sync(false) }
+func (p *Partition) syncNow() {
+	var epoch uint64
+	if p.ds != nil {
+		epoch = p.ds.epoch.Load()
+	}
+	p.sync(false)
+	if p.ds != nil && p.failed.Load() == nil {
+		p.syncEpoch.Store(epoch) // verified by its own fsync as of epoch
+	}
+}
 
 // sync implements syncNow; final is Close's last flush, which runs after
 // closed is set (so no append can race it).
@@ -656,7 +667,7 @@ func (p *Partition) closeWith(b *closeBatch) error {
 		if err != nil {
 			return err
 		}
-		b.add(filepath.Join(p.dir, stateFile), data)
+		b.add(filepath.Join(p.dir, stateFile), data, p)
 		return nil
 	}
 	return writeState(p.store.fs, p.dir, st)

@@ -115,14 +115,22 @@ func (s *Store) openPartition(dir string, cfg Config, deferSync bool) (*Partitio
 	p.cfg.Store(&cfg)
 	ch := make(chan struct{})
 	p.notify.Store(&ch)
+	// The file system's syncfs handle is opened (on the parent, which
+	// exists) before this partition writes anything.
+	ds := s.devSyncFor(filepath.Dir(dir))
+	if ds != nil {
+		p.syncEpoch.Store(ds.epoch.Load())
+	}
 	if err := p.open(); err != nil {
 		for _, seg := range p.segments() {
 			s.cache.drop(seg)
 		}
 		return nil, err
 	}
-	if s.fss != nil {
-		p.dev, p.devKnown = s.fss.Device(dir)
+	if ds != nil {
+		if dev, ok := s.fss.Device(dir); ok && dev == ds.dev {
+			p.ds = ds // not a mount point of its own
+		}
 	}
 	p.deferSync = false
 	s.mu.Lock()
@@ -173,6 +181,17 @@ func (p *Partition) finishOpenSync() error {
 // after a crash, opening N partitions costs one syncfs instead of about
 // 3N fsyncs. On error every partition opened is closed again.
 func (s *Store) OpenPartitions(dirs []string, cfgs []Config) ([]*Partition, error) {
+	// The batch's syncfs handle, opened before the opens write anything.
+	var h SyncFSHandle
+	var hdev uint64
+	if s.fss != nil && len(dirs) > 0 {
+		if dev, ok := s.fss.Device(filepath.Dir(dirs[0])); ok {
+			if hh, err := s.openSyncFS(filepath.Dir(dirs[0])); err == nil {
+				h, hdev = hh, dev
+				defer h.Close()
+			}
+		}
+	}
 	ps := make([]*Partition, len(dirs))
 	errs := make([]error, len(dirs))
 	var next atomic.Int64
@@ -189,13 +208,20 @@ func (s *Store) OpenPartitions(dirs []string, cfgs []Config) ([]*Partition, erro
 	wg.Wait()
 	err := errors.Join(errs...)
 	if err == nil {
-		err = s.finishOpens(ps)
+		err = s.finishOpens(ps, h, hdev)
 	}
 	if err != nil {
 		for _, p := range ps {
-			if p != nil {
-				p.Close()
+			if p == nil {
+				continue
 			}
+			// What the open changed must be durable before Close writes
+			// a clean-close record vouching for it; if it cannot be, no
+			// record (the next open scans again).
+			if ferr := p.finishOpenSync(); ferr != nil {
+				p.latch("fsync", ferr)
+			}
+			p.Close()
 		}
 		return nil, err
 	}
@@ -206,28 +232,29 @@ func (s *Store) OpenPartitions(dirs []string, cfgs []Config) ([]*Partition, erro
 // the work is reads and small writes, mostly waiting on the disk.
 const openParallelism = 8
 
-// finishOpens makes durable what batch opens deferred.
-func (s *Store) finishOpens(ps []*Partition) error {
-	byDev := map[uint64][]*Partition{}
-	var rest []*Partition
+// finishOpens makes durable what batch opens deferred: one SyncFS of h
+// (opened before the opens) for the partitions on its file system, each
+// partition's own fsyncs for the others or if it fails.
+func (s *Store) finishOpens(ps []*Partition, h SyncFSHandle, hdev uint64) error {
+	var batch, rest []*Partition
 	for _, p := range ps {
 		if len(p.pendingDirs) == 0 && !p.pendingActive {
 			continue
 		}
-		if s.fss != nil && p.devKnown {
-			byDev[p.dev] = append(byDev[p.dev], p)
+		if h != nil && p.ds != nil && p.ds.dev == hdev {
+			batch = append(batch, p)
 		} else {
 			rest = append(rest, p)
 		}
 	}
-	for _, g := range byDev {
-		if err := s.syncFS(g[0].dir); err != nil {
+	if len(batch) > 0 {
+		if err := h.SyncFS(); err != nil {
 			s.logger.Warn("syncfs after opening partitions failed: fsync'ing them one by one", zap.Error(err))
-			rest = append(rest, g...)
-			continue
-		}
-		for _, p := range g {
-			p.pendingDirs, p.pendingActive = nil, false
+			rest = append(rest, batch...)
+		} else {
+			for _, p := range batch {
+				p.pendingDirs, p.pendingActive = nil, false
+			}
 		}
 	}
 	errs := make([]error, len(rest))
@@ -320,6 +347,11 @@ func (p *Partition) open() error {
 			if err := p.cutUnsynced(seg, u.Size); err != nil {
 				return err
 			}
+		}
+		if st.Unsynced != nil {
+			// The durable-end mark is cleared right after: the cut must be
+			// durable first, not left for the batch.
+			p.deferSync = false
 		}
 		scanned, err := p.openActive(seg, st.Clean)
 		if err != nil {

@@ -71,7 +71,8 @@ type Store struct {
 	opts   Options
 	cache  *fileCache
 	syncer *syncer
-	fss    FSSyncer // nil: no syncfs rounds
+	fss    FSSyncer            // nil: no syncfs rounds
+	devs   map[uint64]*devSync // s.mu
 
 	syncfsRounds atomic.Int64
 
@@ -125,22 +126,62 @@ func OpenStore(opts Options) *Store {
 	return s
 }
 
+// devSync is the store's syncfs handle on one file system, opened before
+// any partition there is written, and the file system's error epoch: each
+// failed round syncfs bumps it, and a partition whose last verified fsync
+// is from an older epoch is fsync'd on its own (its file's error is still
+// reported to it) before its high watermark moves again. A failure that
+// syncfs reported for a partition outside its round is so never lost.
+type devSync struct {
+	dev   uint64
+	h     SyncFSHandle
+	epoch atomic.Uint64
+}
+
+// devSyncFor returns the handle on the file system holding dir (opening it
+// the first time), or nil.
+func (s *Store) devSyncFor(dir string) *devSync {
+	if s.fss == nil {
+		return nil
+	}
+	dev, ok := s.fss.Device(dir)
+	if !ok {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ds := s.devs[dev]; ds != nil {
+		return ds
+	}
+	h, err := s.fss.OpenSyncFS(dir)
+	if err != nil {
+		return nil
+	}
+	ds := &devSync{dev: dev, h: h}
+	if s.devs == nil {
+		s.devs = map[uint64]*devSync{}
+	}
+	s.devs[dev] = ds
+	return ds
+}
+
 // syncBulk makes the partitions of a round that share a file system durable
 // with one syncfs per file system (where there are at least SyncFSMin of
-// them), and returns the others for fdatasync one by one. If a syncfs
-// fails, its partitions are fsync'd one by one after all, so the failure
+// them, each verified as of the current error epoch), and returns the
+// others for fdatasync one by one. If a syncfs fails, the epoch moves on
+// and its partitions are fsync'd one by one after all, so the failure
 // lands on (and takes offline) only the partitions whose files it hit.
 func (s *Store) syncBulk(parts []*Partition) []*Partition {
-	byDev := map[uint64][]*Partition{}
+	byDev := map[*devSync][]*Partition{}
 	var rest []*Partition
 	for _, p := range parts {
-		if p.devKnown {
-			byDev[p.dev] = append(byDev[p.dev], p)
+		if p.ds != nil && p.syncEpoch.Load() == p.ds.epoch.Load() {
+			byDev[p.ds] = append(byDev[p.ds], p)
 		} else {
 			rest = append(rest, p)
 		}
 	}
-	for _, g := range byDev {
+	for ds, g := range byDev {
 		if len(g) < s.opts.SyncFSMin {
 			rest = append(rest, g...)
 			continue
@@ -156,9 +197,11 @@ func (s *Store) syncBulk(parts []*Partition) []*Partition {
 		if len(live) == 0 {
 			continue
 		}
-		err := s.syncFS(live[0].dir)
+		err := ds.h.SyncFS()
+		var epoch uint64
 		if err != nil {
-			s.logger.Warn("syncfs failed: fsync'ing its partitions one by one", zap.Int("partitions", len(live)), zap.Error(err))
+			epoch = ds.epoch.Add(1)
+			s.logger.Warn("syncfs failed: fsync'ing partitions one by one", zap.Int("partitions", len(live)), zap.Error(err))
 		}
 		s.syncfsRounds.Add(1)
 		s.syncer.each(len(live), func(i int) {
@@ -167,19 +210,44 @@ func (s *Store) syncBulk(parts []*Partition) []*Partition {
 				ferr = live[i].fsyncActive(steps[i].h.f)
 			}
 			live[i].syncEnd(steps[i], ferr)
+			if err != nil && ferr == nil {
+				live[i].syncEpoch.Store(epoch)
+			}
 		})
 	}
 	return rest
 }
 
-// syncFS runs FSSyncer.SyncFS holding a descriptor slot (it opens dir).
-func (s *Store) syncFS(dir string) error {
+// openSyncFS opens a syncfs handle for one batch (OpenPartitions,
+// CloseBatch) before the batch writes anything, so its SyncFS reports any
+// failure of those writes. It holds a descriptor slot until closed.
+func (s *Store) openSyncFS(dir string) (SyncFSHandle, error) {
 	bfs := s.cache.fs
 	if !bfs.take(0, true) {
-		return &os.PathError{Op: "open", Path: dir, Err: errNoDescriptor}
+		return nil, &os.PathError{Op: "open", Path: dir, Err: errNoDescriptor}
 	}
-	defer bfs.b.Release()
-	return bfs.retry(func() error { return s.fss.SyncFS(dir) })
+	var h SyncFSHandle
+	err := bfs.retry(func() (err error) {
+		h, err = s.fss.OpenSyncFS(dir)
+		return err
+	})
+	if err != nil {
+		bfs.b.Release()
+		return nil, err
+	}
+	return slotHandle{h, bfs.b}, nil
+}
+
+// slotHandle gives its descriptor slot back on Close.
+type slotHandle struct {
+	SyncFSHandle
+	b *fdbudget.Budget
+}
+
+func (h slotHandle) Close() error {
+	err := h.SyncFSHandle.Close()
+	h.b.Release()
+	return err
 }
 
 // SyncFSRounds returns how many group-commit rounds used syncfs.
@@ -216,6 +284,13 @@ func (s *Store) Close() error {
 	// Each close is a few fsyncs (log, indexes, clean state): CloseBatch
 	// shares them (syncfs), or runs many closes at once.
 	err := s.CloseBatch(parts, nil)
+	defer func() {
+		s.mu.Lock()
+		for _, ds := range s.devs {
+			ds.h.Close()
+		}
+		s.mu.Unlock()
+	}()
 	s.syncer.stop()
 	return err
 }
@@ -393,6 +468,16 @@ func (s *syncer) each(n int, fn func(int)) {
 		}()
 	}
 	wg.Wait()
+}
+
+// waitRound waits for the round running now, if any, to end.
+func (s *syncer) waitRound() {
+	s.mu.Lock()
+	ch := s.cur
+	s.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
 }
 
 func (s *syncer) stop() {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,7 +25,12 @@ type syncfsMem struct {
 
 func (m *syncfsMem) Device(string) (uint64, bool) { return 1, true }
 
-func (m *syncfsMem) SyncFS(string) error {
+func (m *syncfsMem) OpenSyncFS(string) (SyncFSHandle, error) { return memSyncHandle{m}, nil }
+
+type memSyncHandle struct{ m *syncfsMem }
+
+func (h memSyncHandle) SyncFS() error {
+	m := h.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.calls++
@@ -34,6 +40,8 @@ func (m *syncfsMem) SyncFS(string) error {
 	m.FS.MarkAllSynced()
 	return nil
 }
+
+func (memSyncHandle) Close() error { return nil }
 
 // appendAll appends batches to every partition, then waits for each to be
 // durable (so rounds find many partitions dirty); it returns the batches
@@ -287,5 +295,50 @@ func TestCloseBatchIsCleanAndDurable(t *testing.T) {
 	s2 := openStore(t, lost, 0)
 	for i, d := range dirs {
 		readAll(t, mustOpen(t, s2, d, cfgs[i]), rng, wants[i])
+	}
+}
+
+// After a round's syncfs fails, every partition on that file system goes
+// through its own fdatasync before its high watermark moves again — also
+// those outside the failed round, whose failure that syncfs may have been
+// the one to report (Linux reports a writeback error once per handle).
+func TestSyncFSFailureMakesEveryPartitionVerifyItself(t *testing.T) {
+	m := memfs.New()
+	m.MkdirAll("/data", 0o755)
+	m.MarkAllSynced()
+	fsys := &syncfsMem{memFS: memFS{m}}
+	s := OpenStore(Options{FS: fsys, SyncFSMin: 8, Logger: zaptest.NewLogger(t)})
+	defer s.Close()
+	var a, b []*Partition
+	for i := 0; i < 16; i++ {
+		a = append(a, mustOpen(t, s, fmt.Sprintf("/data/a-%d", i), Config{}))
+		b = append(b, mustOpen(t, s, fmt.Sprintf("/data/b-%d", i), Config{}))
+	}
+	fsys.mu.Lock()
+	fsys.fail = errors.New("injected syncfs failure")
+	fsys.mu.Unlock()
+	if _, errs := appendAll(a, 1); errors.Join(errs...) != nil {
+		t.Fatalf("round with a failing syncfs (per-file fallback): %v", errors.Join(errs...))
+	}
+	fsys.mu.Lock()
+	fsys.fail = nil
+	fsys.mu.Unlock()
+	// b-3's file lost its pages: only its own fsync can say so.
+	eio := errors.New("injected EIO on b-3")
+	m.SetInjector(func(op memfs.Op, path string) error {
+		if op == memfs.OpSync && strings.HasPrefix(path, "/data/b-3/") {
+			return eio
+		}
+		return nil
+	})
+	_, errs := appendAll(b, 2)
+	m.SetInjector(nil)
+	if !errors.Is(errs[3], ErrStorage) {
+		t.Fatalf("b-3 after the epoch moved: %v, want ErrStorage from its own fsync", errs[3])
+	}
+	for i, err := range errs {
+		if i != 3 && err != nil {
+			t.Fatalf("b-%d: %v", i, err)
+		}
 	}
 }
