@@ -44,9 +44,11 @@ func (s *Server) handleListOffsets(c *conn, req *kmsg.ListOffsetsRequest) (kmsg.
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
 	dups := duplicatePartitions(req)
+	resp.Topics = make([]kmsg.ListOffsetsResponseTopic, 0, len(req.Topics))
 	for _, rt := range req.Topics {
 		st := kmsg.NewListOffsetsResponseTopic()
 		st.Topic = rt.Topic
+		st.Partitions = make([]kmsg.ListOffsetsResponseTopicPartition, 0, len(rt.Partitions))
 		t := s.reg.get(rt.Topic)
 		denied := !c.allowed(opDescribe, resTopic, rt.Topic)
 		for _, rp := range rt.Partitions {
@@ -97,7 +99,9 @@ type topicPartition struct {
 
 // duplicatePartitions returns the partitions a ListOffsets names more than
 // once (nil if none): Kafka answers each of their entries INVALID_REQUEST
-// rather than looking them up again and again.
+// rather than looking them up again and again. A bitset per topic keeps a
+// request for every partition of every topic from building a map entry per
+// partition.
 func duplicatePartitions(req *kmsg.ListOffsetsRequest) map[topicPartition]bool {
 	n := 0
 	for _, rt := range req.Topics {
@@ -106,19 +110,40 @@ func duplicatePartitions(req *kmsg.ListOffsetsRequest) map[topicPartition]bool {
 	if n < 2 {
 		return nil
 	}
-	seen := make(map[topicPartition]bool, n)
+	bits := make(map[string][]uint64, len(req.Topics))
+	var odd map[topicPartition]bool // partition numbers no topic can have
 	var dups map[topicPartition]bool
-	for _, rt := range req.Topics {
-		for _, rp := range rt.Partitions {
-			k := topicPartition{rt.Topic, rp.Partition}
-			if seen[k] {
-				if dups == nil {
-					dups = map[topicPartition]bool{}
-				}
-				dups[k] = true
-			}
-			seen[k] = true
+	dup := func(k topicPartition) {
+		if dups == nil {
+			dups = map[topicPartition]bool{}
 		}
+		dups[k] = true
+	}
+	for _, rt := range req.Topics {
+		b := bits[rt.Topic]
+		for _, rp := range rt.Partitions {
+			i := rp.Partition
+			if i < 0 || i >= maxPartitions {
+				k := topicPartition{rt.Topic, i}
+				if odd[k] {
+					dup(k)
+				}
+				if odd == nil {
+					odd = map[topicPartition]bool{}
+				}
+				odd[k] = true
+				continue
+			}
+			w, m := int(i/64), uint64(1)<<(i%64)
+			for len(b) <= w {
+				b = append(b, 0)
+			}
+			if b[w]&m != 0 {
+				dup(topicPartition{rt.Topic, i})
+			}
+			b[w] |= m
+		}
+		bits[rt.Topic] = b
 	}
 	return dups
 }
