@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/synapsebroker/synapse/internal/parallel"
 	"github.com/synapsebroker/synapse/log"
 	"github.com/synapsebroker/synapse/tiering"
 )
@@ -459,7 +460,7 @@ func (s *Server) offloadAll(ctx context.Context) offloadResult {
 	toUpload := make(chan int, len(parts))
 	go func() {
 		defer close(toUpload)
-		forEachParallel(finalSealParallelism, len(parts), func(i int) {
+		parallel.Each(finalSealParallelism, len(parts), func(i int) {
 			if ctx.Err() != nil {
 				return
 			}
@@ -472,7 +473,7 @@ func (s *Server) offloadAll(ctx context.Context) offloadResult {
 	}()
 	go func() {
 		defer wg.Done()
-		forEachParallel(finalUploadParallelism, finalUploadParallelism, func(int) {
+		parallel.Each(finalUploadParallelism, finalUploadParallelism, func(int) {
 			for i := range toUpload {
 				if ctx.Err() != nil {
 					continue // drain: the sealers stop soon too
@@ -551,27 +552,6 @@ func activeHasData(lp *log.Partition) bool {
 		base = sealed[len(sealed)-1].Next
 	}
 	return lp.LogEndOffset() > base
-}
-
-// forEachParallel calls f(0) .. f(n-1), at most workers at once, and
-// returns when all have returned.
-func forEachParallel(workers, n int, f func(i int)) {
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for w := 0; w < min(workers, n); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				f(i)
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
 }
 
 // TierStatus is what /status reports about tiering.

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
+	"github.com/synapsebroker/synapse/internal/parallel"
 	"github.com/synapsebroker/synapse/log"
 )
 
@@ -504,7 +505,7 @@ func (r *registry) configsOf(t *topic) map[string]string {
 	return m
 }
 
-func (r *registry) close(parallel int) (partitions int) {
+func (r *registry) close(workers int) (partitions int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var parts []*partition
@@ -517,7 +518,7 @@ func (r *registry) close(parallel int) (partitions int) {
 	files := map[string][]byte{}
 	var mu sync.Mutex
 	lps := make([]*log.Partition, len(parts))
-	forEachParallel(parallel, len(parts), func(i int) {
+	parallel.Each(workers, len(parts), func(i int) {
 		lps[i] = parts[i].log
 		if path, b, ok := parts[i].producersFile(); ok {
 			mu.Lock()

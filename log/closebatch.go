@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"go.uber.org/zap"
+
+	"github.com/synapsebroker/synapse/internal/parallel"
 )
 
 // closeBatch collects the atomic files (name → contents) a batch close
@@ -68,7 +70,7 @@ func (s *Store) CloseBatch(ps []*Partition, files map[string][]byte) error {
 			names = append(names, n)
 		}
 		errs := make([]error, len(ps)+len(names))
-		eachParallel(closeParallelism, len(ps)+len(names), func(i int) {
+		parallel.Each(closeParallelism, len(ps)+len(names), func(i int) {
 			if i < len(ps) {
 				if err := ps[i].Close(); err != nil && !errors.Is(err, ErrClosed) {
 					errs[i] = err
@@ -84,7 +86,7 @@ func (s *Store) CloseBatch(ps []*Partition, files map[string][]byte) error {
 		b.add(n, data, nil)
 	}
 	errs := make([]error, len(ps))
-	eachParallel(closeParallelism, len(ps), func(i int) {
+	parallel.Each(closeParallelism, len(ps), func(i int) {
 		if err := ps[i].closeWith(b); err != nil && !errors.Is(err, ErrClosed) {
 			errs[i] = err
 		}
@@ -94,7 +96,7 @@ func (s *Store) CloseBatch(ps []*Partition, files map[string][]byte) error {
 	// it took offline (their durable-end mark stands).
 	s.syncer.waitRound()
 	werrs := make([]error, len(b.names))
-	eachParallel(closeParallelism, len(b.names), func(i int) {
+	parallel.Each(closeParallelism, len(b.names), func(i int) {
 		werrs[i] = writeTemp(s.fs, b.names[i], b.data[i])
 	})
 	err := errors.Join(append(errs, werrs...)...)
@@ -103,7 +105,7 @@ func (s *Store) CloseBatch(ps []*Partition, files map[string][]byte) error {
 		return errors.Join(err, serr)
 	}
 	rerrs := make([]error, len(b.names))
-	eachParallel(closeParallelism, len(b.names), func(i int) {
+	parallel.Each(closeParallelism, len(b.names), func(i int) {
 		if o := b.owners[i]; o != nil && o.Err() != nil {
 			s.fs.Remove(b.names[i] + ".tmp")
 			return
@@ -137,24 +139,4 @@ func writeTemp(fs FS, name string, data []byte) error {
 		err = cerr
 	}
 	return err
-}
-
-// eachParallel runs fn(0..n-1), up to k at once.
-func eachParallel(k, n int, fn func(int)) {
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range min(k, n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				fn(i)
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
 }

@@ -10,10 +10,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"go.uber.org/zap"
+
+	"github.com/synapsebroker/synapse/internal/parallel"
 )
 
 const stateFile = "partition.state"
@@ -194,18 +194,9 @@ func (s *Store) OpenPartitions(dirs []string, cfgs []Config) ([]*Partition, erro
 	}
 	ps := make([]*Partition, len(dirs))
 	errs := make([]error, len(dirs))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < min(openParallelism, len(dirs)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < len(dirs); i = int(next.Add(1) - 1) {
-				ps[i], errs[i] = s.openPartition(dirs[i], cfgs[i], true)
-			}
-		}()
-	}
-	wg.Wait()
+	parallel.Each(openParallelism, len(dirs), func(i int) {
+		ps[i], errs[i] = s.openPartition(dirs[i], cfgs[i], true)
+	})
 	err := errors.Join(errs...)
 	if err == nil {
 		err = s.finishOpens(ps, h, hdev)
@@ -258,7 +249,7 @@ func (s *Store) finishOpens(ps []*Partition, h SyncFSHandle, hdev uint64) error 
 		}
 	}
 	errs := make([]error, len(rest))
-	s.syncer.each(len(rest), func(i int) { errs[i] = rest[i].finishOpenSync() })
+	parallel.Each(s.syncer.parallel, len(rest), func(i int) { errs[i] = rest[i].finishOpenSync() })
 	return errors.Join(errs...)
 }
 

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/synapsebroker/synapse/internal/fdbudget"
+	"github.com/synapsebroker/synapse/internal/parallel"
 )
 
 // Options configure a Store: the things shared by every partition of a broker.
@@ -204,7 +205,7 @@ func (s *Store) syncBulk(parts []*Partition) []*Partition {
 			s.logger.Warn("syncfs failed: fsync'ing partitions one by one", zap.Int("partitions", len(live)), zap.Error(err))
 		}
 		s.syncfsRounds.Add(1)
-		s.syncer.each(len(live), func(i int) {
+		parallel.Each(s.syncer.parallel, len(live), func(i int) {
 			var ferr error
 			if err != nil && steps[i].h != nil {
 				ferr = live[i].fsyncActive(steps[i].h.f)
@@ -445,29 +446,7 @@ func (s *syncer) syncAll(parts []*Partition) {
 	if s.bulk != nil && len(parts) >= s.bulkMin {
 		parts = s.bulk(parts)
 	}
-	s.each(len(parts), func(i int) { parts[i].syncNow() })
-}
-
-// each runs fn(0..n-1), up to parallel at once.
-func (s *syncer) each(n int, fn func(int)) {
-	if n <= 1 || s.parallel <= 1 {
-		for i := 0; i < n; i++ {
-			fn(i)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	for w := 0; w < min(s.parallel, n); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				fn(i)
-			}
-		}()
-	}
-	wg.Wait()
+	parallel.Each(s.parallel, len(parts), func(i int) { parts[i].syncNow() })
 }
 
 // waitRound waits for the round running now, if any, to end.
@@ -574,15 +553,6 @@ func (c *fileCache) openFile(name string, flag int, refuse bool) (File, error) {
 		return nil, err
 	}
 	return f, nil
-}
-
-// pressed reports whether less than half the descriptor budget is free.
-func (c *fileCache) pressed() bool {
-	if c.budget == nil {
-		return false
-	}
-	used, _, _ := c.budget.Stats()
-	return used > c.budget.Max()/2
 }
 
 // shed closes up to a sixteenth of the idle cached files (at least 8), for
