@@ -179,7 +179,7 @@ func (p *Partition) read(offset int64, maxBytes int64, minOne bool) (*ReadResult
 			break
 		}
 		inside := c.Pos+c.Len < limit // the budget ended inside this segment
-		if c.Len <= smallRead && p.store.cache.pressed() {
+		if c.Len <= smallRead && p.store.cache.budget.Pressed() {
 			// Short of descriptors: hand over the bytes, not the file.
 			buf := make([]byte, c.Len)
 			if _, err := c.h.f.ReadAt(buf, c.Pos); err == nil {

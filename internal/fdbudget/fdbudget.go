@@ -8,6 +8,7 @@ package fdbudget
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -15,10 +16,12 @@ import (
 // Budget is a counting semaphore of descriptor slots. The zero value is not
 // usable; a nil *Budget is unbounded (every method succeeds).
 type Budget struct {
-	max int
+	// max and used change only under mu; they are atomic so that Max and
+	// Pressed (read on every fetch read) take no lock.
+	max  atomic.Int64
+	used atomic.Int64
 
 	mu      sync.Mutex
-	used    int
 	peak    int
 	refused int64
 	freed   chan struct{} // closed (and replaced) when a slot is released and someone waits
@@ -27,7 +30,9 @@ type Budget struct {
 
 // New returns a budget of n slots (at least 1).
 func New(n int) *Budget {
-	return &Budget{max: max(n, 1), freed: make(chan struct{})}
+	b := &Budget{freed: make(chan struct{})}
+	b.max.Store(int64(max(n, 1)))
+	return b
 }
 
 // Max is the number of slots; 0 for a nil budget.
@@ -35,9 +40,13 @@ func (b *Budget) Max() int {
 	if b == nil {
 		return 0
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.max
+	return int(b.max.Load())
+}
+
+// Pressed reports whether less than half the slots are free (false for a
+// nil budget).
+func (b *Budget) Pressed() bool {
+	return b != nil && b.used.Load() > b.max.Load()/2
 }
 
 // SetMax changes the number of slots (at least 1), for a limit changed at
@@ -48,13 +57,18 @@ func (b *Budget) SetMax(n int) {
 		return
 	}
 	b.mu.Lock()
-	b.max = max(n, 1)
+	b.max.Store(int64(max(n, 1)))
+	b.wakeLocked()
+	b.mu.Unlock()
+}
+
+// wakeLocked wakes the Acquire calls waiting for a slot. b.mu held.
+func (b *Budget) wakeLocked() {
 	if b.waiting {
 		b.waiting = false
 		close(b.freed)
 		b.freed = make(chan struct{})
 	}
-	b.mu.Unlock()
 }
 
 // Stats returns the slots in use, the most ever in use and how many
@@ -65,7 +79,7 @@ func (b *Budget) Stats() (used, peak int, refused int64) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.used, b.peak, b.refused
+	return int(b.used.Load()), b.peak, b.refused
 }
 
 // TryAcquire takes one slot if, after it, at least keep slots stay free. It
@@ -77,7 +91,7 @@ func (b *Budget) TryAcquire(keep int) bool {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.used+1+keep > b.max {
+	if b.used.Load()+1+int64(keep) > b.max.Load() {
 		b.refused++
 		return false
 	}
@@ -86,8 +100,7 @@ func (b *Budget) TryAcquire(keep int) bool {
 }
 
 func (b *Budget) takeLocked() {
-	b.used++
-	b.peak = max(b.peak, b.used)
+	b.peak = max(b.peak, int(b.used.Add(1)))
 }
 
 // Acquire takes one slot, waiting up to d for one to be released. It
@@ -99,7 +112,7 @@ func (b *Budget) Acquire(d time.Duration) bool {
 	var timer *time.Timer
 	for {
 		b.mu.Lock()
-		if b.used < b.max {
+		if b.used.Load() < b.max.Load() {
 			b.takeLocked()
 			b.mu.Unlock()
 			if timer != nil {
@@ -122,7 +135,7 @@ func (b *Budget) Acquire(d time.Duration) bool {
 		case <-ch:
 		case <-timer.C:
 			b.mu.Lock()
-			ok := b.used < b.max
+			ok := b.used.Load() < b.max.Load()
 			if ok {
 				b.takeLocked()
 			} else {
@@ -140,16 +153,11 @@ func (b *Budget) Release() {
 		return
 	}
 	b.mu.Lock()
-	b.used--
-	if b.used < 0 {
+	if b.used.Add(-1) < 0 {
 		b.mu.Unlock()
 		panic("fdbudget: Release without Acquire")
 	}
-	if b.waiting {
-		b.waiting = false
-		close(b.freed)
-		b.freed = make(chan struct{})
-	}
+	b.wakeLocked()
 	b.mu.Unlock()
 }
 
