@@ -8,7 +8,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/synapsebroker/synapse/internal/fdbudget"
 	"github.com/synapsebroker/synapse/log"
 	"github.com/synapsebroker/synapse/tiering"
 )
@@ -258,7 +257,7 @@ func (s *Server) fetchOnce(c *conn, req *kmsg.FetchRequest) (*fetchResponse, int
 					continue
 				}
 			}
-			if errors.Is(err, log.ErrResource) || fdbudget.IsResource(err) {
+			if isResource(err) {
 				// No descriptor for this partition now: it answers empty
 				// (this response serves fewer partitions) and the next
 				// fetch reads it.

@@ -24,7 +24,7 @@ func (s *Server) errorCode(err error) int16 {
 		return kerr.CorruptMessage.Code
 	case errors.Is(err, log.ErrInvalidBatch):
 		return kerr.InvalidRecord.Code
-	case errors.Is(err, log.ErrResource), fdbudget.IsResource(err):
+	case isResource(err):
 		// Short of descriptors, memory or disk: retriable, the partition
 		// stays online (Kafka's clients retry KAFKA_STORAGE_ERROR).
 		s.repeat.Warn("short of a resource: request refused, retriable", zap.Error(err))
@@ -40,4 +40,12 @@ func (s *Server) errorCode(err error) int16 {
 	}
 	s.repeat.Warn("unexpected error answered as UNKNOWN_SERVER_ERROR", zap.Error(err))
 	return kerr.UnknownServerError.Code
+}
+
+// isResource reports whether err is the broker short of a resource
+// (descriptors, memory, disk space): from the log engine, or from the
+// kernel anywhere else (a cold read's cache file). Retriable, never a
+// reason to take a partition offline.
+func isResource(err error) bool {
+	return errors.Is(err, log.ErrResource) || fdbudget.IsResource(err)
 }
