@@ -372,17 +372,20 @@ func (b *synapseBroker) Kill9(t testing.TB) {
 	b.stop(t, syscall.SIGKILL)
 }
 
-func (b *synapseBroker) dumpLog(t testing.TB) {
+func (b *synapseBroker) dumpLog(t testing.TB) { dumpLogFile(t, b.logPath) }
+
+// dumpLogFile logs the last logTail bytes of a broker's log file.
+func dumpLogFile(t testing.TB, path string) {
 	t.Helper()
-	data, err := os.ReadFile(b.logPath)
+	data, err := os.ReadFile(path)
 	if err != nil {
-		t.Logf("synapse log %s: %v", b.logPath, err)
+		t.Logf("synapse log %s: %v", path, err)
 		return
 	}
 	if len(data) > logTail {
 		data = append([]byte("...\n"), data[len(data)-logTail:]...)
 	}
-	t.Logf("synapse log (%s):\n%s", b.logPath, data)
+	t.Logf("synapse log (%s):\n%s", path, data)
 }
 
 // ---- kfake: in-process ------------------------------------------------------

@@ -581,18 +581,7 @@ func (b *scaleBroker) reportLog(t *testing.T) {
 	}
 }
 
-func (b *scaleBroker) dumpLog(t *testing.T) {
-	t.Helper()
-	data, err := os.ReadFile(b.logPath)
-	if err != nil {
-		t.Logf("synapse log %s: %v", b.logPath, err)
-		return
-	}
-	if len(data) > logTail {
-		data = append([]byte("...\n"), data[len(data)-logTail:]...)
-	}
-	t.Logf("synapse log (%s):\n%s", b.logPath, data)
-}
+func (b *scaleBroker) dumpLog(t *testing.T) { dumpLogFile(t, b.logPath) }
 
 // ---- the workload ------------------------------------------------------------
 

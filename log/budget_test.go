@@ -30,6 +30,25 @@ func (f emfileFS) OpenFile(name string, flag int, perm os.FileMode) (File, error
 	return f.FS.OpenFile(name, flag, perm)
 }
 
+// closeIdleFiles closes every idle cached segment file of s, so the next
+// append or read must open one.
+func closeIdleFiles(s *Store) {
+	s.cache.mu.Lock()
+	for e := s.cache.lru.Back(); e != nil; e = s.cache.lru.Back() {
+		s.cache.closeIdleLocked(e).Close()
+	}
+	s.cache.mu.Unlock()
+}
+
+// budgetStore opens a store on fsys with a descriptor budget of n.
+func budgetStore(t *testing.T, fsys FS, n int) (*Store, *fdbudget.Budget) {
+	t.Helper()
+	b := fdbudget.New(n)
+	s := OpenStore(Options{FS: fsys, FDs: b, MaxOpenFiles: 1024, Logger: zaptest.NewLogger(t)})
+	t.Cleanup(func() { s.Close() })
+	return s, b
+}
+
 // The kernel's EMFILE is a retriable refusal: the append gets ErrResource,
 // the partition stays online, reads of it too, and it works again once
 // descriptors are back.
@@ -44,11 +63,7 @@ func TestEMFILEIsRetriableNotOffline(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Close the cached files so the next append and read must open one.
-	s.cache.mu.Lock()
-	for e := s.cache.lru.Back(); e != nil; e = s.cache.lru.Back() {
-		s.cache.closeIdleLocked(e).Close()
-	}
-	s.cache.mu.Unlock()
+	closeIdleFiles(s)
 	fail.Store(true)
 	for i := 0; i < 5; i++ {
 		_, err := p.Append(randBatch(rng, 0, 500)) // some of these roll
@@ -74,9 +89,7 @@ func TestEMFILEIsRetriableNotOffline(t *testing.T) {
 // more descriptors than the budget, and take no partition offline.
 func TestBudgetBindsAppendsWait(t *testing.T) {
 	_, fsys := newMemFS(t)
-	b := fdbudget.New(8)
-	s := OpenStore(Options{FS: fsys, FDs: b, MaxOpenFiles: 1024, Logger: zaptest.NewLogger(t)})
-	t.Cleanup(func() { s.Close() })
+	s, b := budgetStore(t, fsys, 8)
 	const parts = 64
 	ps := make([]*Partition, parts)
 	for i := range ps {
@@ -118,9 +131,7 @@ func TestBudgetBindsAppendsWait(t *testing.T) {
 func TestBudgetRefusesReadsBeforeWrites(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	_, fsys := newMemFS(t)
-	b := fdbudget.New(8)
-	s := OpenStore(Options{FS: fsys, FDs: b, MaxOpenFiles: 1024, Logger: zaptest.NewLogger(t)})
-	t.Cleanup(func() { s.Close() })
+	s, _ := budgetStore(t, fsys, 8)
 	var ps []*Partition
 	for i := 0; i < 10; i++ {
 		p := mustOpen(t, s, fmt.Sprintf("/data/t-%d", i), Config{})
@@ -136,11 +147,7 @@ func TestBudgetRefusesReadsBeforeWrites(t *testing.T) {
 		}
 		ps = append(ps, p)
 	}
-	s.cache.mu.Lock()
-	for e := s.cache.lru.Back(); e != nil; e = s.cache.lru.Back() {
-		s.cache.closeIdleLocked(e).Close()
-	}
-	s.cache.mu.Unlock()
+	closeIdleFiles(s)
 	var held []*ReadResult
 	refusedAt := -1
 	for i, p := range ps {
@@ -176,9 +183,7 @@ func TestBudgetRefusesReadsBeforeWrites(t *testing.T) {
 func TestSmallReadsUnderPressureHoldNoFile(t *testing.T) {
 	rng := rand.New(rand.NewPCG(10, 10))
 	_, fsys := newMemFS(t)
-	b := fdbudget.New(8)
-	s := OpenStore(Options{FS: fsys, FDs: b, MaxOpenFiles: 1024, Logger: zaptest.NewLogger(t)})
-	t.Cleanup(func() { s.Close() })
+	s, b := budgetStore(t, fsys, 8)
 	var ps []*Partition
 	var wants []map[int64][]byte
 	for i := 0; i < 30; i++ {

@@ -23,6 +23,14 @@ type syncfsMem struct {
 	fail  error
 }
 
+// newSyncfsMem returns a memory file system with /data (synced) and its
+// syncfs wrapper.
+func newSyncfsMem(t testing.TB) (*memfs.FS, *syncfsMem) {
+	t.Helper()
+	m, _ := newMemFS(t)
+	return m, &syncfsMem{memFS: memFS{m}}
+}
+
 func (m *syncfsMem) Device(string) (uint64, bool) { return 1, true }
 
 func (m *syncfsMem) OpenSyncFS(string) (SyncFSHandle, error) { return memSyncHandle{m}, nil }
@@ -82,10 +90,7 @@ func appendAll(ps []*Partition, seed uint64) ([]map[int64][]byte, []error) {
 // A round of many dirty partitions is made durable with one syncfs per file
 // system: everything acknowledged survives a power loss.
 func TestSyncFSRoundIsDurable(t *testing.T) {
-	m := memfs.New()
-	m.MkdirAll("/data", 0o755)
-	m.MarkAllSynced()
-	fsys := &syncfsMem{memFS: memFS{m}}
+	m, fsys := newSyncfsMem(t)
 	s := OpenStore(Options{FS: fsys, SyncFSMin: 8, Logger: zaptest.NewLogger(t)})
 	defer s.Close()
 	var ps []*Partition
@@ -113,10 +118,8 @@ func TestSyncFSRoundIsDurable(t *testing.T) {
 // whose own fsync works go on (their acknowledged data durable), the one
 // whose file lost its pages goes offline, alone.
 func TestSyncFSFailureFallsBackPerFile(t *testing.T) {
-	m := memfs.New()
-	m.MkdirAll("/data", 0o755)
-	m.MarkAllSynced()
-	fsys := &syncfsMem{memFS: memFS{m}, fail: errors.New("injected syncfs EIO")}
+	m, fsys := newSyncfsMem(t)
+	fsys.fail = errors.New("injected syncfs EIO")
 	s := OpenStore(Options{FS: fsys, SyncFSMin: 8, Logger: zaptest.NewLogger(t)})
 	defer s.Close()
 	var ps []*Partition
@@ -193,10 +196,7 @@ func TestOpenPartitionsAfterCrash(t *testing.T) {
 		fail error
 	}{{"syncfs", nil}, {"fallback", errors.New("injected syncfs failure")}} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := memfs.New()
-			m.MkdirAll("/data", 0o755)
-			m.MarkAllSynced()
-			fsys := &syncfsMem{memFS: memFS{m}}
+			m, fsys := newSyncfsMem(t)
 			s := OpenStore(Options{FS: fsys, SyncInterval: time.Hour, Logger: zaptest.NewLogger(t)})
 			var dirs []string
 			var cfgs []Config
@@ -247,10 +247,7 @@ func TestOpenPartitionsAfterCrash(t *testing.T) {
 // with two syncfs calls; after a power loss right after it, every partition
 // opens clean (no scan) with everything.
 func TestCloseBatchIsCleanAndDurable(t *testing.T) {
-	m := memfs.New()
-	m.MkdirAll("/data", 0o755)
-	m.MarkAllSynced()
-	fsys := &syncfsMem{memFS: memFS{m}}
+	m, fsys := newSyncfsMem(t)
 	s := OpenStore(Options{FS: fsys, SyncInterval: time.Hour, Logger: zaptest.NewLogger(t)})
 	var dirs []string
 	var cfgs []Config
@@ -303,10 +300,7 @@ func TestCloseBatchIsCleanAndDurable(t *testing.T) {
 // those outside the failed round, whose failure that syncfs may have been
 // the one to report (Linux reports a writeback error once per handle).
 func TestSyncFSFailureMakesEveryPartitionVerifyItself(t *testing.T) {
-	m := memfs.New()
-	m.MkdirAll("/data", 0o755)
-	m.MarkAllSynced()
-	fsys := &syncfsMem{memFS: memFS{m}}
+	m, fsys := newSyncfsMem(t)
 	s := OpenStore(Options{FS: fsys, SyncFSMin: 8, Logger: zaptest.NewLogger(t)})
 	defer s.Close()
 	var a, b []*Partition
