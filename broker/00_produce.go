@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/synapsebroker/synapse/log"
+	"github.com/synapsebroker/synapse/txn"
 )
 
 // Produce: v3-13
@@ -28,8 +29,15 @@ import (
 //     batches of that producer on that partition: a duplicate is answered with
 //     the original offset and not written again; a gap is
 //     OUT_OF_ORDER_SEQUENCE_NUMBER; an old epoch INVALID_PRODUCER_EPOCH.
-//   - Transactional batches are refused (INVALID_TXN_STATE): transactions are
-//     not implemented.
+//   - Transactional batches are checked against the transaction
+//     coordinator before the sequence check: the partition must be in the
+//     producer's open transaction (else INVALID_TXN_STATE, KIP-890's
+//     verification done in place), at the transactional id's current
+//     epoch (else INVALID_PRODUCER_EPOCH). The check and the append hold
+//     the transaction's lock, so no batch lands after its end's markers.
+//     The request must name its transactional id (else INVALID_RECORD).
+//   - Control batches are refused (INVALID_RECORD): markers are written
+//     only by the coordinator.
 //   - Unknown topics are auto-created when enabled (and, with ACLs, the
 //     principal may CREATE them: else TOPIC_AUTHORIZATION_FAILED).
 //   - With ACLs: WRITE on each topic (else TOPIC_AUTHORIZATION_FAILED) and,
@@ -87,7 +95,7 @@ func (s *Server) handleProduce(c *conn, req *kmsg.ProduceRequest) (kmsg.Response
 					sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 					break
 				}
-				next, err := s.produceTo(p, rp.Records, &sp)
+				next, err := s.produceTo(p, rp.Records, &sp, req.TransactionID != nil)
 				if err != nil {
 					sp.ErrorCode = s.produceErrorCode(err)
 					sp.ErrorMessage = kmsg.StringPtr(err.Error())
@@ -145,15 +153,18 @@ func (d *deferredProduce) finish() *kmsg.ProduceResponse {
 var (
 	errMultipleBatches = errors.New("produce request carries more than one record batch for a partition")
 	errNoRecords       = errors.New("produce request carries no records for a partition")
-	errTransactional   = errors.New("transactions are not supported")
+	errControl         = errors.New("clients may not write control batches")
+	errNoTxnID         = errors.New("a transactional batch in a produce request without a transactional id")
 )
 
 func (s *Server) produceErrorCode(err error) int16 {
 	switch {
-	case errors.Is(err, errMultipleBatches), errors.Is(err, errNoRecords):
+	case errors.Is(err, errMultipleBatches), errors.Is(err, errNoRecords), errors.Is(err, errControl), errors.Is(err, errNoTxnID):
 		return kerr.InvalidRecord.Code
-	case errors.Is(err, errTransactional):
+	case errors.Is(err, txn.ErrInvalidTxnState):
 		return kerr.InvalidTxnState.Code
+	case errors.Is(err, txn.ErrFenced):
+		return kerr.InvalidProducerEpoch.Code
 	case errors.Is(err, errInvalidTimestamp):
 		return kerr.InvalidTimestamp.Code
 	}
@@ -163,7 +174,7 @@ func (s *Server) produceErrorCode(err error) int16 {
 // produceTo appends one partition's batch and fills the response; it
 // returns the offset to wait for (acks=-1), or 0 if there is nothing to wait
 // for (a duplicate that is already durable is still waited on: cheap).
-func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceResponseTopicPartition) (int64, error) {
+func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceResponseTopicPartition, hasTxnID bool) (int64, error) {
 	if len(records) == 0 {
 		return 0, errNoRecords
 	}
@@ -174,8 +185,11 @@ func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceRespons
 	if int(h.Length) < len(records) {
 		return 0, errMultipleBatches
 	}
-	if h.Transactional() {
-		return 0, errTransactional
+	switch {
+	case h.Control():
+		return 0, errControl
+	case h.Transactional() && (!hasTxnID || h.ProducerID < 0):
+		return 0, errNoTxnID
 	}
 	st := s.reg.stampsOf(p.topic)
 	if !st.logAppend && (st.before < math.MaxInt64 || st.after < math.MaxInt64) {
@@ -193,6 +207,15 @@ func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceRespons
 		sp.LogAppendTime = now
 	}
 	log.PatchLeaderEpoch(records, s.meta.m.LeaderEpoch)
+	if h.Transactional() {
+		var next int64
+		err := s.txns.Produce(h.ProducerID, h.ProducerEpoch, txn.TP{Topic: p.topic.name, Partition: p.index}, func() error {
+			var err error
+			next, err = p.appendIdempotent(records, &h, sp, s.cfg.Now().UnixMilli())
+			return err
+		})
+		return next, err
+	}
 	if h.ProducerID >= 0 {
 		return p.appendIdempotent(records, &h, sp, s.cfg.Now().UnixMilli())
 	}
@@ -230,6 +253,9 @@ func (p *partition) appendIdempotent(records []byte, h *log.BatchHeader, sp *kms
 		return 0, err
 	}
 	p.recordSequence(&res.Header, nowMs)
+	if h.Transactional() {
+		p.openTxnLocked(h.ProducerID, res.BaseOffset)
+	}
 	sp.BaseOffset = res.BaseOffset
 	sp.LogStartOffset = res.LogStartOffset
 	return res.LastOffset + 1, nil

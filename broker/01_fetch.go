@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"time"
 
@@ -32,7 +33,15 @@ import (
 //     answer empty and long-poll while the cold bytes served are ahead of
 //     the rate (tiering.Tier.ServeCold).
 //   - Bytes are bounded by the high watermark (the durable end under the
-//     durable policy); the last stable offset equals it (no transactions).
+//     durable policy). Every partition answers its last stable offset
+//     (LSO: the first offset of its oldest open transaction, else the high
+//     watermark).
+//   - read_committed (isolation level 1) stops at the LSO and answers the
+//     aborted transactions overlapping the batches returned (producer id
+//     and first offset, from the log's aborted-transaction index, local
+//     and, for cold reads, the bucket's copy; a cold range whose index is
+//     not in memory yet answers empty until it is). Clients drop those
+//     records and every control batch.
 //   - OFFSET_OUT_OF_RANGE below the log start or past the log end.
 //   - Incremental fetch sessions (KIP-227, v7+; fetch_session.go has the
 //     rules): a full fetch at epoch 0 opens a session if the cache has room
@@ -47,8 +56,7 @@ import (
 //     INVALID_FETCH_SESSION_EPOCH; a session's partitions are bounded
 //     (growing past the bound closes it: FETCH_SESSION_ID_NOT_FOUND). With
 //     the cache at 0 slots every response has session id 0.
-//   - Isolation level and rack are accepted; there are no aborted
-//     transactions and no preferred read replica.
+//   - Rack is accepted; there is no preferred read replica.
 //   - Record bytes are not copied into the response: it carries the segment
 //     file ranges, and the connection sends them with sendfile(2)
 //     (sendfile.go); a partition without data gets empty (not null) records.
@@ -137,7 +145,8 @@ func (s *Server) fetchOnce(c *conn, req *kmsg.FetchRequest) (*fetchResponse, int
 	if maxBytes <= 0 || maxBytes > fetchMaxBytes {
 		maxBytes = fetchMaxBytes
 	}
-	var seen map[*partition]bool // partitions read so far, once there are two
+	committed := req.IsolationLevel == 1 // read_committed
+	var seen map[*partition]bool         // partitions read so far, once there are two
 	var first *partition
 	for _, rt := range req.Topics {
 		st := kmsg.NewFetchResponseTopic()
@@ -216,11 +225,15 @@ func (s *Server) fetchOnce(c *conn, req *kmsg.FetchRequest) (*fetchResponse, int
 			budget := min(int64(rp.PartitionMaxBytes), maxBytes-total)
 			var res *log.ReadResult
 			var err error
+			stop := int64(math.MaxInt64) // read_uncommitted: up to the high watermark
+			if committed {
+				stop = p.lastStable(p.log.HighWatermark())
+			}
 			if total == 0 {
 				// Nothing returned yet: the first batch goes whatever its size.
-				res, err = p.log.Read(rp.FetchOffset, max(budget, 1))
+				res, err = p.log.ReadStable(rp.FetchOffset, max(budget, 1), stop)
 			} else if budget > 0 {
-				res, err = p.log.ReadAtMost(rp.FetchOffset, budget)
+				res, err = p.log.ReadAtMostStable(rp.FetchOffset, budget, stop)
 			}
 			if errors.Is(err, log.ErrNotLocal) && s.cfg.Tier != nil && (budget > 0 || total == 0) {
 				// Below the local start: served from the bucket (paced
@@ -245,8 +258,20 @@ func (s *Server) fetchOnce(c *conn, req *kmsg.FetchRequest) (*fetchResponse, int
 						tails = append(tails, nil)
 					}
 					sp.HighWatermark = p.log.HighWatermark()
-					sp.LastStableOffset, sp.LogStartOffset = sp.HighWatermark, p.log.LogStartOffset()
+					sp.LastStableOffset, sp.LogStartOffset = p.lastStable(sp.HighWatermark), p.log.LogStartOffset()
 					cold[len(reads)] = b
+					if b != nil && committed {
+						if sp.AbortedTransactions, wait, err = s.coldAborted(p, rp.FetchOffset, b.Next); err != nil || wait != nil {
+							// The bucket's aborted index for this range
+							// is not in memory yet: empty until it is.
+							b.Release()
+							b, cold[len(reads)], sp.AbortedTransactions = nil, nil, nil
+							if wait != nil {
+								waitOn = append(waitOn, wait)
+								tails = append(tails, nil)
+							}
+						}
+					}
 					if b != nil {
 						total += b.Len
 						coldBytes += b.Len
@@ -267,15 +292,23 @@ func (s *Server) fetchOnce(c *conn, req *kmsg.FetchRequest) (*fetchResponse, int
 			case err != nil:
 				sp.ErrorCode = s.errorCode(err)
 				sp.HighWatermark = p.log.HighWatermark()
-				sp.LastStableOffset = sp.HighWatermark
+				sp.LastStableOffset = p.lastStable(sp.HighWatermark)
 				sp.LogStartOffset = p.log.LogStartOffset()
 				res = nil
 			case res == nil: // response budget spent
 				sp.HighWatermark = p.log.HighWatermark()
-				sp.LastStableOffset = sp.HighWatermark
+				sp.LastStableOffset = p.lastStable(sp.HighWatermark)
 				sp.LogStartOffset = p.log.LogStartOffset()
 			default:
-				sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = res.HighWatermark, res.HighWatermark, res.LogStartOffset
+				sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = res.HighWatermark, p.lastStable(res.HighWatermark), res.LogStartOffset
+				if committed && res.Bytes > 0 {
+					if sp.AbortedTransactions, err = p.abortedIn(rp.FetchOffset, res.NextOffset); err != nil {
+						// No aborted index to answer with: nothing from
+						// this partition now (never records without it).
+						sp.AbortedTransactions = nil
+						res.Bytes = 0
+					}
+				}
 				total += res.Bytes
 				if res.Bytes == 0 {
 					res.Release()

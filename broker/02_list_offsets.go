@@ -14,8 +14,8 @@ import (
 //
 // Behavior:
 //
-//   - -2 (earliest): the log start offset. -1 (latest): the high watermark
-//     (= last stable offset: no transactions).
+//   - -2 (earliest): the log start offset. -1 (latest): the high watermark,
+//     or with read_committed (v2+) the last stable offset.
 //
 //   - -3 (max timestamp, v7+): the first record holding the greatest timestamp.
 //
@@ -80,7 +80,7 @@ func (s *Server) handleListOffsets(c *conn, req *kmsg.ListOffsetsRequest) (kmsg.
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
-			off, ts, code := s.listOffset(ctx, p, rp.Timestamp)
+			off, ts, code := s.listOffset(ctx, p, rp.Timestamp, req.Version >= 2 && req.IsolationLevel == 1)
 			sp.ErrorCode, sp.Offset, sp.Timestamp = code, off, ts
 			if req.Version == 0 && code == 0 && off >= 0 {
 				sp.OldStyleOffsets = []int64{off}
@@ -148,7 +148,7 @@ func duplicatePartitions(req *kmsg.ListOffsetsRequest) map[topicPartition]bool {
 	return dups
 }
 
-func (s *Server) listOffset(ctx context.Context, p *partition, ts int64) (offset, timestamp int64, code int16) {
+func (s *Server) listOffset(ctx context.Context, p *partition, ts int64, committed bool) (offset, timestamp int64, code int16) {
 	lp := p.log
 	if err := lp.Err(); err != nil {
 		return -1, -1, s.errorCode(err)
@@ -157,6 +157,9 @@ func (s *Server) listOffset(ctx context.Context, p *partition, ts int64) (offset
 	case -2:
 		return lp.LogStartOffset(), -1, 0
 	case -1:
+		if committed {
+			return p.lastStable(lp.HighWatermark()), -1, 0
+		}
 		return lp.HighWatermark(), -1, 0
 	case -3:
 		return s.maxTimestampOffset(lp)

@@ -96,6 +96,12 @@ type Config struct {
 	// ProducerIDExpiration is producer.id.expiration.ms (default 1 day):
 	// a partition forgets an idempotent producer idle that long.
 	ProducerIDExpiration time.Duration
+	// TransactionMaxTimeout is transaction.max.timeout.ms (default 15
+	// min): the longest transaction.timeout.ms a producer may ask for.
+	TransactionMaxTimeout time.Duration
+	// TransactionalIDExpiration is transactional.id.expiration.ms
+	// (default 7 days): a transactional id idle that long is forgotten.
+	TransactionalIDExpiration time.Duration
 	// SASLMechanisms are what SASL listeners offer: PLAIN, SCRAM-SHA-256,
 	// SCRAM-SHA-512, OAUTHBEARER (Kafka's sasl.enabled.mechanisms).
 	SASLMechanisms []string
@@ -178,6 +184,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.ProducerIDExpiration <= 0 {
 		c.ProducerIDExpiration = 24 * time.Hour
+	}
+	if c.TransactionMaxTimeout <= 0 {
+		c.TransactionMaxTimeout = 15 * time.Minute
+	}
+	if c.TransactionalIDExpiration <= 0 {
+		c.TransactionalIDExpiration = 7 * 24 * time.Hour
 	}
 	return nil
 }

@@ -61,6 +61,20 @@ func (s *Server) dispatch(c *conn, req *protocol.Request) (kmsg.Response, error)
 		return s.handleAlterUserSCRAMCredentials(c, b)
 	case *kmsg.FindCoordinatorRequest:
 		return s.handleFindCoordinator(c, b)
+	case *kmsg.AddPartitionsToTxnRequest:
+		return s.handleAddPartitionsToTxn(c, b)
+	case *kmsg.AddOffsetsToTxnRequest:
+		return s.handleAddOffsetsToTxn(c, b)
+	case *kmsg.EndTxnRequest:
+		return s.handleEndTxn(c, b)
+	case *kmsg.TxnOffsetCommitRequest:
+		return s.handleTxnOffsetCommit(c, b)
+	case *kmsg.DescribeProducersRequest:
+		return s.handleDescribeProducers(c, b)
+	case *kmsg.DescribeTransactionsRequest:
+		return s.handleDescribeTransactions(c, b)
+	case *kmsg.ListTransactionsRequest:
+		return s.handleListTransactions(c, b)
 	default:
 		return s.dispatchGroup(c, req)
 	}
@@ -68,7 +82,7 @@ func (s *Server) dispatch(c *conn, req *protocol.Request) (kmsg.Response, error)
 
 // handled lists the keys dispatch serves, for the test that the version
 // table and the handlers agree.
-var handled = []int16{0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 29, 30, 31, 32, 33, 36, 37, 42, 44, 47, 50, 51, 60}
+var handled = []int16{0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 24, 25, 26, 28, 29, 30, 31, 32, 33, 36, 37, 42, 44, 47, 50, 51, 60, 61, 65, 66}
 
 // errorResponse builds the response to req with code in every error field
 // a client checks, for a request whose handler failed (panicked). nil means
@@ -154,6 +168,14 @@ func errorResponse(req kmsg.Request, code int16) kmsg.Response {
 	case *kmsg.InitProducerIDRequest:
 		resp := r.ResponseKind().(*kmsg.InitProducerIDResponse)
 		resp.ErrorCode, resp.ProducerID, resp.ProducerEpoch = code, -1, -1
+		return resp
+	case *kmsg.EndTxnRequest:
+		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode, resp.ProducerID, resp.ProducerEpoch = code, -1, -1
+		return resp
+	case *kmsg.AddOffsetsToTxnRequest:
+		resp := r.ResponseKind().(*kmsg.AddOffsetsToTxnResponse)
+		resp.ErrorCode = code
 		return resp
 	}
 	return nil

@@ -108,6 +108,9 @@ type producerSnapshot struct {
 	Version   int                      `json:"version"`
 	LogEnd    int64                    `json:"log_end"`
 	Producers map[int64]*producerState `json:"producers"`
+	// Open is the first offset of each producer's open transaction here
+	// (txn_partition.go).
+	Open map[int64]int64 `json:"open,omitempty"`
 	// ProducerIDEnd, in copies mirrored to the bucket, is the broker's
 	// producer-id bound when it was taken: a broker restored from the
 	// bucket hands out ids from above it, never one a producer whose state
@@ -140,14 +143,14 @@ func (p *partition) loadProducers() error {
 		if json.Unmarshal(b, &snap) == nil && snap.Version == 1 && snap.LogEnd <= p.log.LogEndOffset() && snap.Producers != nil {
 			p.producers = snap.Producers
 			from = max(snap.LogEnd, from)
+			for pid, first := range snap.Open {
+				if first >= p.log.LogStartOffset() && first < snap.LogEnd {
+					p.openTxnLocked(pid, first)
+				}
+			}
 		}
 	}
-	return p.log.ScanHeaders(from, func(h *log.BatchHeader) bool {
-		if h.ProducerID >= 0 && !h.Control() && h.BaseOffset >= from {
-			p.recordSequence(h, 0) // appended when: unknown
-		}
-		return true
-	})
+	return p.replayTxns(from)
 }
 
 // saveProducers writes the snapshot; called on clean close.
@@ -168,7 +171,7 @@ func (p *partition) producersFile() (path string, b []byte, ok bool) {
 		return "", nil, false
 	}
 	p.mu.Lock()
-	snap := producerSnapshot{Version: 1, LogEnd: p.log.LogEndOffset(), Producers: p.producers}
+	snap := producerSnapshot{Version: 1, LogEnd: p.log.LogEndOffset(), Producers: p.producers, Open: p.txnOpen}
 	b, err := json.Marshal(snap)
 	p.mu.Unlock()
 	return filepath.Join(p.log.Dir(), producersFile), b, err == nil
@@ -182,6 +185,14 @@ func (p *partition) producerSnapshotBelow(end, idEnd int64) []byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	snap := producerSnapshot{Version: 1, LogEnd: end, Producers: map[int64]*producerState{}, ProducerIDEnd: idEnd}
+	for pid, first := range p.txnOpen {
+		if first < end {
+			if snap.Open == nil {
+				snap.Open = map[int64]int64{}
+			}
+			snap.Open[pid] = first
+		}
+	}
 	for id, st := range p.producers {
 		var keep []seqBatch
 		for _, b := range st.Batches {
@@ -193,7 +204,7 @@ func (p *partition) producerSnapshotBelow(end, idEnd int64) []byte {
 			snap.Producers[id] = &producerState{Epoch: st.Epoch, Batches: keep, LastMs: st.LastMs}
 		}
 	}
-	if len(snap.Producers) == 0 {
+	if len(snap.Producers) == 0 && len(snap.Open) == 0 {
 		return nil
 	}
 	b, err := json.Marshal(snap)
@@ -209,14 +220,25 @@ func (p *partition) producerSnapshotBelow(end, idEnd int64) []byte {
 // not proof). floor is the least producer id the broker may hand out from
 // now on: above every restored one and the bound the snapshot was taken
 // with.
-func restoredProducers(b []byte, next int64) (keep map[int64]*producerState, floor int64, err error) {
+func restoredProducers(b []byte, next int64) (keep map[int64]*producerState, open map[int64]int64, floor int64, err error) {
 	var snap producerSnapshot
 	if err := json.Unmarshal(b, &snap); err != nil || snap.Version != 1 || snap.Producers == nil {
-		return nil, 0, fmt.Errorf("broker: producer snapshot in the bucket is unreadable: %v", err)
+		return nil, nil, 0, fmt.Errorf("broker: producer snapshot in the bucket is unreadable: %v", err)
 	}
 	end := min(snap.LogEnd, next)
 	floor = max(snap.ProducerIDEnd, 0)
 	keep = map[int64]*producerState{}
+	for pid, first := range snap.Open {
+		// Transactions open at the bucket's end: their markers come
+		// when the (restored) coordinator ends them.
+		if pid >= 0 && first >= 0 && first < end {
+			if open == nil {
+				open = map[int64]int64{}
+			}
+			open[pid] = first
+			floor = max(floor, pid+1)
+		}
+	}
 	for id, st := range snap.Producers {
 		if id < 0 || st == nil || st.Epoch < 0 {
 			continue
@@ -232,14 +254,16 @@ func restoredProducers(b []byte, next int64) (keep map[int64]*producerState, flo
 			keep[id] = &producerState{Epoch: st.Epoch, Batches: bs[max(0, n-producerWindow):]}
 		}
 	}
-	return keep, floor, nil
+	return keep, open, floor, nil
 }
 
 // restoreProducers installs restored producer state and persists it
 // locally.
-func (p *partition) restoreProducers(keep map[int64]*producerState) {
+func (p *partition) restoreProducers(keep map[int64]*producerState, open map[int64]int64) {
 	p.mu.Lock()
 	p.producers = keep
+	p.txnOpen = open
+	p.setFirstOpenLocked()
 	p.mu.Unlock()
 	p.saveProducers()
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/synapsebroker/synapse/internal/logrepeat"
 	"github.com/synapsebroker/synapse/log"
 	"github.com/synapsebroker/synapse/protocol"
+	"github.com/synapsebroker/synapse/txn"
 )
 
 // ErrServerClosed is returned by Serve after Shutdown.
@@ -36,6 +37,10 @@ type Server struct {
 
 	groupLog       *log.Partition
 	groupsMirrored atomic.Uint64 // group change count last mirrored to the bucket
+
+	txns         *txn.Coordinator
+	txnLog       *log.Partition
+	txnsMirrored atomic.Uint64 // transaction change count last mirrored to the bucket
 
 	// topics.json waiting to be mirrored to the bucket: saved under the
 	// registry's lock, copied by the maintenance loop (never under that
@@ -149,6 +154,9 @@ func New(cfg Config) (*Server, error) {
 	{
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		err := s.openGroups(ctx)
+		if err == nil {
+			err = s.openTxns(ctx)
+		}
 		cancel()
 		if err == nil {
 			byState, _ := s.groups.Stats()
@@ -357,6 +365,7 @@ func (s *Server) Close() {
 		s.cancel()
 		<-s.maintDone
 		start := time.Now()
+		s.closeTxns()
 		s.closeGroups()
 		n := 0
 		if s.reg != nil {
@@ -424,6 +433,7 @@ func (s *Server) maintain() {
 			s.mirrorSecurity(s.ctx)
 		}
 		s.maintainGroups(now)
+		s.maintainTxns(now)
 		s.checkDiskBudget()
 		// Tiering work runs on a few partitions at once: uploads are
 		// network-bound, and one slow partition must not hold up the rest.

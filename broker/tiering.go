@@ -369,9 +369,10 @@ func (s *Server) rebasePartition(ctx context.Context, p *partition) error {
 		return fmt.Errorf("producer state: %w", err)
 	}
 	var producers map[int64]*producerState
+	var open map[int64]int64
 	if b != nil {
 		var floor int64
-		if producers, floor, err = restoredProducers(b, m.Next()); err != nil {
+		if producers, open, floor, err = restoredProducers(b, m.Next()); err != nil {
 			s.logger.Warn("restore producer state", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
 		} else if err := s.meta.reserveProducerIDsBelow(floor); err != nil {
 			return err
@@ -385,7 +386,7 @@ func (s *Server) rebasePartition(ctx context.Context, p *partition) error {
 	if _, err := os.Stat(filepath.Join(p.log.Dir(), producersFile)); producers != nil && errors.Is(err, fs.ErrNotExist) {
 		// Not yet installed by an earlier pass of this restore (which
 		// writes producers.json): a state of its own is never replaced.
-		p.restoreProducers(producers)
+		p.restoreProducers(producers, open)
 	}
 	s.logger.Info("restored partition from the tiered store", zap.String("topic", p.topic.name),
 		zap.Int32("partition", p.index), zap.Int64("log_start_offset", m.LogStartOffset), zap.Int64("next_offset", m.Next()))
@@ -456,6 +457,7 @@ func (s *Server) offloadAll(ctx context.Context) offloadResult {
 		if s.groups != nil {
 			s.mirrorGroups(ctx)
 		}
+		s.mirrorTxns(ctx)
 	}()
 	toUpload := make(chan int, len(parts))
 	go func() {

@@ -34,7 +34,7 @@ func localLogFiles(t *testing.T, dir string) int {
 	n := 0
 	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
 		sep := string(filepath.Separator)
-		if err == nil && strings.HasSuffix(p, ".log") && !strings.Contains(p, sep+"tier") && !strings.Contains(p, sep+groupsDir+sep) {
+		if err == nil && strings.HasSuffix(p, ".log") && !strings.Contains(p, sep+"tier") && !strings.Contains(p, sep+groupsDir+sep) && !strings.Contains(p, sep+txnDir+sep) {
 			n++
 		}
 		return nil
@@ -524,18 +524,18 @@ func TestRestoreProducersChecksTheSnapshot(t *testing.T) {
 		"900":{"epoch":1,"batches":[{"first_seq":0,"last_seq":4,"base_offset":120}]},
 		"-4":{"epoch":0,"batches":[{"first_seq":0,"last_seq":0,"base_offset":1}]},
 		"8":{"epoch":0,"batches":[{"first_seq":-2,"last_seq":0,"base_offset":2}]}}}`
-	keep, floor, err := restoredProducers([]byte(snap), 90)
+	keep, _, floor, err := restoredProducers([]byte(snap), 90)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.restoreProducers(keep)
+	p.restoreProducers(keep, nil)
 	if floor != 901 {
 		t.Fatalf("id floor %d, want 901", floor)
 	}
 	if len(p.producers) != 1 || p.producers[7] == nil || len(p.producers[7].Batches) != 1 || p.producers[7].Batches[0].BaseOffset != 10 {
 		t.Fatalf("restored %+v, want producer 7 with its batch at 10 only", p.producers)
 	}
-	if _, _, err := restoredProducers([]byte(`{"version":2}`), 90); err == nil {
+	if _, _, _, err := restoredProducers([]byte(`{"version":2}`), 90); err == nil {
 		t.Fatal("a snapshot of another version restored")
 	}
 }

@@ -62,6 +62,11 @@ type partition struct {
 	// mu serializes the idempotence check with the append it guards.
 	mu        sync.Mutex
 	producers map[int64]*producerState
+	// txnOpen: per producer with a transaction open here, its first
+	// offset (txn_partition.go); under mu. firstOpen is the least of them
+	// plus one (0: none), read without the lock by fetches.
+	txnOpen   map[int64]int64
+	firstOpen atomic.Int64
 	// mirrorDue: the bucket's copy of the producer state is behind what
 	// was uploaded (with tiering).
 	mirrorDue atomic.Bool

@@ -98,9 +98,12 @@ type Coordinator struct {
 	ctx    context.Context // cancelled by Close: ends parked joins and syncs
 	cancel context.CancelFunc
 
-	mu     sync.Mutex // guards groups and closed
+	mu     sync.Mutex // guards groups, closed and pending
 	groups map[string]*group
 	closed bool
+	// pending: per group and partition, the transactional producers with
+	// offsets waiting for their transaction's end (txn.go).
+	pending map[string]map[tp]map[int64]struct{}
 
 	changes      atomic.Uint64 // bumped on every durable change (mirroring)
 	sinceCompact atomic.Int64  // bytes appended since the last compaction

@@ -169,8 +169,9 @@ type offsetQuery struct {
 //   - Metadata round-trips as committed.
 //
 // Version notes:
-//   - v5: leader epoch. v7: require stable (no transactions here: every
-//     offset is stable). v8: batched groups. v9: member id and epoch
+//   - v5: leader epoch. v7: require stable: a partition with offsets of
+//     an open transaction pending answers UNSTABLE_OFFSET_COMMIT
+//     (retriable). v8: batched groups. v9: member id and epoch
 //     (KIP-848 groups; not checked for classic groups).
 func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) *kmsg.OffsetFetchResponse {
 	resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
@@ -185,12 +186,13 @@ func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) *kmsg.OffsetFetc
 			}
 			gr := kmsg.NewOffsetFetchResponseGroup()
 			gr.Group = rg.Group
-			for _, t := range c.fetchOffsets(rg.Group, q) {
+			for _, t := range c.fetchOffsets(rg.Group, q, req.RequireStable) {
 				rt := kmsg.NewOffsetFetchResponseGroupTopic()
 				rt.Topic = t.topic
 				for _, p := range t.parts {
 					rp := kmsg.NewOffsetFetchResponseGroupTopicPartition()
 					rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata = p.partition, p.v.Offset, p.v.LeaderEpoch, kmsg.StringPtr(p.v.Metadata)
+					rp.ErrorCode = p.code
 					rt.Partitions = append(rt.Partitions, rp)
 				}
 				gr.Topics = append(gr.Topics, rt)
@@ -206,12 +208,13 @@ func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) *kmsg.OffsetFetc
 			q = append(q, offsetQuery{t.Topic, t.Partitions})
 		}
 	}
-	for _, t := range c.fetchOffsets(req.Group, q) {
+	for _, t := range c.fetchOffsets(req.Group, q, req.Version >= 7 && req.RequireStable) {
 		rt := kmsg.NewOffsetFetchResponseTopic()
 		rt.Topic = t.topic
 		for _, p := range t.parts {
 			rp := kmsg.NewOffsetFetchResponseTopicPartition()
 			rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata = p.partition, p.v.Offset, p.v.LeaderEpoch, kmsg.StringPtr(p.v.Metadata)
+			rp.ErrorCode = p.code
 			rt.Partitions = append(rt.Partitions, rp)
 		}
 		resp.Topics = append(resp.Topics, rt)
@@ -222,6 +225,7 @@ func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) *kmsg.OffsetFetc
 type fetchedPartition struct {
 	partition int32
 	v         offsetValue
+	code      int16 // UNSTABLE_OFFSET_COMMIT (require stable) or 0
 }
 
 type fetchedTopic struct {
@@ -229,7 +233,7 @@ type fetchedTopic struct {
 	parts []fetchedPartition
 }
 
-func (c *Coordinator) fetchOffsets(groupID string, q []offsetQuery) []fetchedTopic {
+func (c *Coordinator) fetchOffsets(groupID string, q []offsetQuery, requireStable bool) []fetchedTopic {
 	clean(&groupID)
 	none := offsetValue{Offset: -1, LeaderEpoch: -1}
 	g := c.lockGroup(groupID, false)
@@ -238,11 +242,22 @@ func (c *Coordinator) fetchOffsets(groupID string, q []offsetQuery) []fetchedTop
 		defer g.mu.Unlock()
 		offsets = g.offsets
 	}
+	unstable := func(k tp) int16 { return 0 }
+	if requireStable {
+		unstable = func(k tp) int16 {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.pendingLocked(groupID, k) {
+				return kerr.UnstableOffsetCommit.Code
+			}
+			return 0
+		}
+	}
 	var out []fetchedTopic
 	if q == nil { // every committed partition
 		byTopic := map[string][]fetchedPartition{}
 		for k, v := range offsets {
-			byTopic[k.topic] = append(byTopic[k.topic], fetchedPartition{k.partition, v})
+			byTopic[k.topic] = append(byTopic[k.topic], fetchedPartition{k.partition, v, unstable(k)})
 		}
 		for t, ps := range byTopic {
 			sort.Slice(ps, func(i, j int) bool { return ps[i].partition < ps[j].partition })
@@ -258,7 +273,7 @@ func (c *Coordinator) fetchOffsets(groupID string, q []offsetQuery) []fetchedTop
 			if !ok {
 				v = none
 			}
-			ft.parts = append(ft.parts, fetchedPartition{p, v})
+			ft.parts = append(ft.parts, fetchedPartition{p, v, unstable(tp{t.topic, p})})
 		}
 		out = append(out, ft)
 	}

@@ -1,15 +1,11 @@
 package group
 
 import (
-	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"hash/crc32"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kmsg"
-
+	"github.com/synapsebroker/synapse/internal/recordlog"
 	"github.com/synapsebroker/synapse/log"
 )
 
@@ -86,110 +82,27 @@ func groupRecord(g string, v *groupValue) record {
 	return r
 }
 
-var crc32c = crc32.MakeTable(crc32.Castagnoli)
-
 // encodeBatch builds one uncompressed v2 record batch of recs.
 func encodeBatch(recs []record, now time.Time) []byte {
-	var body []byte
-	var scratch []byte
+	rs := make([]recordlog.Record, len(recs))
 	for i, r := range recs {
 		k, _ := json.Marshal(r.key)
-		rec := kmsg.Record{
-			OffsetDelta: int32(i),
-			Key:         k,
-			Value:       r.value,
-		}
-		// Length (a varint) is the size of the rest of the record: encode
-		// with a zero length (one byte), then write the real length in its
-		// place.
-		enc := rec.AppendTo(scratch[:0])
-		body = binary.AppendVarint(body, int64(len(enc)-1))
-		body = append(body, enc[1:]...)
-		scratch = enc
+		rs[i] = recordlog.Record{Key: k, Value: r.value}
 	}
-	ms := now.UnixMilli()
-	b := kmsg.RecordBatch{
-		FirstOffset:          0,
-		PartitionLeaderEpoch: -1,
-		Magic:                2,
-		LastOffsetDelta:      int32(len(recs) - 1),
-		FirstTimestamp:       ms,
-		MaxTimestamp:         ms,
-		ProducerID:           -1,
-		ProducerEpoch:        -1,
-		FirstSequence:        -1,
-		NumRecords:           int32(len(recs)),
-		Records:              body,
-	}
-	out := b.AppendTo(nil)
-	// Length counts from after itself (offset 12); the CRC covers from the
-	// attributes (offset 21) to the end.
-	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
-	binary.BigEndian.PutUint32(out[17:], crc32.Checksum(out[21:], crc32c))
-	return out
-}
-
-func varintLen(v int64) int {
-	var buf [binary.MaxVarintLen64]byte
-	return binary.PutVarint(buf[:], v)
+	return recordlog.Encode(rs, now)
 }
 
 // errLoad is returned for a group log that cannot be parsed.
-var errLoad = errors.New("group: unreadable group log")
+var errLoad = fmt.Errorf("group: %w", recordlog.ErrUnreadable)
 
 // replay reads the log from its start to its high watermark and calls fn
 // with every record in order.
 func replay(p *log.Partition, fn func(k recKey, v []byte) error) error {
-	off := p.LogStartOffset()
-	var buf []byte
-	for off < p.HighWatermark() {
-		rr, err := p.Read(off, 4<<20)
-		if err != nil {
-			return err
+	return recordlog.Replay(p, func(key, v []byte) error {
+		var k recKey
+		if err := json.Unmarshal(key, &k); err != nil {
+			return fmt.Errorf("%w: key: %v", errLoad, err)
 		}
-		buf, err = rr.AppendTo(buf[:0])
-		next := rr.NextOffset
-		rr.Release()
-		if err != nil {
-			return err
-		}
-		if next <= off {
-			return fmt.Errorf("%w: no progress at offset %d", errLoad, off)
-		}
-		for len(buf) > 0 {
-			var b kmsg.RecordBatch
-			if err := b.ReadFrom(buf); err != nil {
-				return fmt.Errorf("%w: batch at offset %d: %v", errLoad, off, err)
-			}
-			n := int(b.Length) + 12
-			if n > len(buf) || n < 61 {
-				return fmt.Errorf("%w: batch length %d", errLoad, b.Length)
-			}
-			buf = buf[n:]
-			if b.Attributes&0x07 != 0 {
-				return fmt.Errorf("%w: compressed batch at offset %d", errLoad, b.FirstOffset)
-			}
-			recs := b.Records
-			for i := int32(0); i < b.NumRecords; i++ {
-				var r kmsg.Record
-				if err := r.ReadFrom(recs); err != nil {
-					return fmt.Errorf("%w: record in batch %d: %v", errLoad, b.FirstOffset, err)
-				}
-				l := int(r.Length) + varintLen(int64(r.Length))
-				if l > len(recs) || l <= 0 {
-					return fmt.Errorf("%w: record length in batch %d", errLoad, b.FirstOffset)
-				}
-				recs = recs[l:]
-				var k recKey
-				if err := json.Unmarshal(r.Key, &k); err != nil {
-					return fmt.Errorf("%w: key in batch %d: %v", errLoad, b.FirstOffset, err)
-				}
-				if err := fn(k, r.Value); err != nil {
-					return err
-				}
-			}
-		}
-		off = next
-	}
-	return nil
+		return fn(k, v)
+	})
 }

@@ -8,6 +8,7 @@
 //	    00000000000000000000.log        batches, offsets 0..
 //	    00000000000000000000.index      sparse offset index (derived)
 //	    00000000000000000000.timeindex  sparse time index (derived)
+//	    00000000000000000000.txnindex   aborted transactions (only if any)
 //	    00000000000000004711.log        next segment: name = base offset, %020d
 //	    ...
 //	    partition.state                 log start offset + clean-close record
@@ -40,6 +41,32 @@
 // so far int64, relOffset uint32) at offset-index points where the maximum
 // grew. Indexes are derived data: an index whose header does not match its
 // .log (size, CRC, base) is rebuilt from the log.
+//
+// # Aborted-transaction index (.txnindex)
+//
+// Kafka's format, one 34-byte big-endian entry per ABORT marker in the
+// segment, in marker order, no header:
+//
+//	+---------+------------+-------------+------------+------------------+
+//	| version | producerId | firstOffset | lastOffset | lastStableOffset |
+//	| int16=0 | int64      | int64       | int64      | int64            |
+//	+---------+------------+-------------+------------+------------------+
+//	0         2            10            18           26                 34
+//
+// lastOffset is the marker's offset (inside the segment), firstOffset the
+// transaction's first offset in the partition (possibly in an earlier
+// segment), lastStableOffset the partition's LSO once the marker was
+// written: a read_committed fetch collects entries from the segment holding
+// its offset on and stops at one whose lastStableOffset reaches its upper
+// bound. The file exists only for segments with an abort, so which segments
+// have one is known from the directory listing; sealed segments' files load
+// on first use. It is fsync'd when its segment rolls and at close, not per
+// entry: it is not derived from the .log alone (firstOffset needs producer
+// state), so after a crash the broker replays the log from its
+// producer-state snapshot and rebuilds the entries above it
+// (RebuildAborted). A torn tail, or entries at or past the recovered log
+// end, are cut at open. It goes with its segment (retention, release after
+// upload) and is uploaded beside it.
 //
 // # Durability
 //

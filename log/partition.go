@@ -83,15 +83,17 @@ type Partition struct {
 	logger *zap.Logger
 	cfg    atomic.Pointer[Config]
 
-	segs     atomic.Pointer[[]*segment] // ascending by base; last is active
-	leo      atomic.Int64
-	hw       atomic.Pointer[mark]
-	logStart atomic.Int64
-	failed   atomic.Pointer[StorageError]
-	syncMu   sync.Mutex // one fsync of the active file at a time (fsyncActive)
-	notify   atomic.Pointer[chan struct{}]
-	waiting  atomic.Bool  // someone holds the current notify channel
-	wokeAt   atomic.Int64 // when wake last closed a notify channel: nanoseconds since clockStart
+	segs atomic.Pointer[[]*segment] // ascending by base; last is active
+	leo  atomic.Int64
+	hw   atomic.Pointer[mark]
+	// stableMark caches the position of the last read bound (stable.go).
+	stableMark atomic.Pointer[mark]
+	logStart   atomic.Int64
+	failed     atomic.Pointer[StorageError]
+	syncMu     sync.Mutex // one fsync of the active file at a time (fsyncActive)
+	notify     atomic.Pointer[chan struct{}]
+	waiting    atomic.Bool  // someone holds the current notify channel
+	wokeAt     atomic.Int64 // when wake last closed a notify channel: nanoseconds since clockStart
 
 	mu         sync.Mutex
 	active     *segment
@@ -525,6 +527,11 @@ func (p *Partition) rollLocked() error {
 			return p.failLocked("fsync", err)
 		}
 	}
+	// The aborted-transaction index is not derived from the log alone: a
+	// failed fsync of it is a failed fsync of the log.
+	if err := p.syncTxnLocked(old); err != nil {
+		return p.failLocked("fsync", err)
+	}
 	// Index files are derived data, validated on open and rebuilt if torn;
 	// they are fsync'd here (their directory entries with the new segment's)
 	// so that opening after a crash does not have to rebuild them.
@@ -658,6 +665,11 @@ func (p *Partition) closeWith(b *closeBatch) error {
 	}
 	if err := writeIndexes(p.store.fs, seg, b == nil); err != nil {
 		return err
+	}
+	if b == nil { // a batch's syncfs covers them
+		if err := p.syncAllTxnLocked(); err != nil {
+			return err
+		}
 	}
 	st := partitionState{LogStartOffset: p.logStart.Load(), Clean: &cleanState{
 		Base: seg.base, Size: seg.size.Load(), Next: seg.next.Load(), MaxTimestamp: seg.maxTs.Load()}}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"math"
 	"sort"
 	"sync"
 )
@@ -113,21 +114,31 @@ func (r *ReadResult) WriteTo(w io.Writer) (int64, error) {
 // serves them (appended ones were checked on append), so corruption on disk
 // is an error, never garbage handed to a client.
 func (p *Partition) Read(offset int64, maxBytes int64) (*ReadResult, error) {
-	return p.read(offset, maxBytes, true)
+	return p.read(offset, maxBytes, true, math.MaxInt64)
 }
 
 // ReadAtMost is Read without the first-batch exception: it returns no
 // chunks when the first batch does not fit in maxBytes. A fetch uses it for
 // every partition after the first that returned data (Kafka's KIP-74).
 func (p *Partition) ReadAtMost(offset int64, maxBytes int64) (*ReadResult, error) {
-	return p.read(offset, maxBytes, false)
+	return p.read(offset, maxBytes, false, math.MaxInt64)
 }
 
-func (p *Partition) read(offset int64, maxBytes int64, minOne bool) (*ReadResult, error) {
+// read reads from offset, never past the high watermark nor past the batch
+// starting at stop (stable.go).
+func (p *Partition) read(offset int64, maxBytes int64, minOne bool, stop int64) (*ReadResult, error) {
 	if e := p.failed.Load(); e != nil {
 		return nil, e
 	}
 	hw := p.hw.Load()
+	bound := hw
+	if stop < hw.off {
+		m, err := p.markAt(stop)
+		if err != nil {
+			return nil, err
+		}
+		bound = &m
+	}
 	res := readResultPool.Get().(*ReadResult)
 	*res = ReadResult{store: p.store, NextOffset: offset, HighWatermark: hw.off, LogStartOffset: p.logStart.Load(), LogEndOffset: p.leo.Load()}
 	res.Chunks = res.inline[:0]
@@ -135,7 +146,7 @@ func (p *Partition) read(offset int64, maxBytes int64, minOne bool) (*ReadResult
 		res.Release()
 		return nil, ErrOffsetOutOfRange
 	}
-	if offset >= hw.off {
+	if offset >= bound.off {
 		return res, nil
 	}
 	segs := p.segments()
@@ -148,11 +159,11 @@ func (p *Partition) read(offset int64, maxBytes int64, minOne bool) (*ReadResult
 		return nil, ErrOffsetOutOfRange // deleted under us by retention
 	}
 	first := minOne
-	for ; i < len(segs) && segs[i].base <= hw.seg.base; i++ {
+	for ; i < len(segs) && segs[i].base <= bound.seg.base; i++ {
 		seg := segs[i]
 		limit := seg.size.Load()
-		if seg == hw.seg {
-			limit = hw.pos
+		if seg == bound.seg {
+			limit = bound.pos
 		}
 		if !first && (maxBytes <= 0 || limit == 0) {
 			break

@@ -279,17 +279,23 @@ func (p *Partition) open() error {
 	now := p.store.now()
 	var segs []*segment
 	haveLog := map[string]bool{}
+	var haveTxn map[string]bool // .txnindex files: made only if there are any
 	for _, n := range names {
 		if base, ok := parseSegmentName(n, ".log"); ok {
 			segs = append(segs, newSegment(p.dir, base, now))
 			haveLog[strings.TrimSuffix(n, ".log")] = true
+		} else if strings.HasSuffix(n, txnIndexExt) {
+			if haveTxn == nil {
+				haveTxn = map[string]bool{}
+			}
+			haveTxn[n] = true
 		}
 	}
 	// Leftovers: temp files of an interrupted atomic write, index files whose
 	// segment is gone.
 	dirty := false // directory changed or state recovered: fsync it before use
 	for _, n := range names {
-		stem := strings.TrimSuffix(strings.TrimSuffix(n, ".timeindex"), ".index")
+		stem := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(n, ".timeindex"), ".index"), txnIndexExt)
 		if strings.HasSuffix(n, ".tmp") || (stem != n && !haveLog[stem]) {
 			if err := fsys.Remove(filepath.Join(p.dir, n)); err != nil {
 				return err
@@ -301,7 +307,7 @@ func (p *Partition) open() error {
 	// Segments wholly below the log start (their successor starts at or
 	// before it) are leftovers of an interrupted deletion: finish it.
 	for len(segs) > 1 && segs[1].base <= st.LogStartOffset {
-		for _, path := range []string{segs[0].indexPath(), segs[0].timeIndexPath(), segs[0].logPath} {
+		for _, path := range []string{segs[0].indexPath(), segs[0].timeIndexPath(), segs[0].txnIndexPath(), segs[0].logPath} {
 			if err := fsys.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
@@ -359,6 +365,15 @@ func (p *Partition) open() error {
 	}
 	p.segs.Store(&segs)
 	p.active = segs[len(segs)-1]
+	// Aborted-transaction indexes: known from the listing (no stat per
+	// segment); the active one's is loaded now, cut to the log end.
+	for i, seg := range segs {
+		if haveTxn[filepath.Base(seg.txnIndexPath())] {
+			if err := p.openTxn(seg, i == len(segs)-1); err != nil {
+				return err
+			}
+		}
+	}
 	leo := p.active.next.Load()
 	p.leo.Store(leo)
 	// The checkpointed log start is authoritative when there is one: with

@@ -122,7 +122,7 @@ func (p *Partition) deleteSegmentsLocked(below func(*segment) bool) error {
 		p.store.cache.drop(seg)
 		// The .log goes last and the first failure stops the loop: what is
 		// left is always a contiguous log (the next open finishes the job).
-		for _, path := range []string{seg.indexPath(), seg.timeIndexPath(), seg.logPath} {
+		for _, path := range []string{seg.indexPath(), seg.timeIndexPath(), seg.txnIndexPath(), seg.logPath} {
 			if rerr := p.store.fs.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 				err = rerr
 				break

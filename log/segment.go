@@ -31,6 +31,10 @@ type segment struct {
 	verified  []span        // byte ranges whose CRCs were checked in this process
 	corruptAt int64         // first corrupt byte found by an index rebuild, -1 none
 
+	// txn is the segment's aborted-transaction index (.txnindex, txnindex.go);
+	// nil: the segment has none, which costs readers nothing.
+	txn atomic.Pointer[segTxn]
+
 	// Preallocation (Options.Preallocate), guarded by the partition's mu:
 	// the file size fallocate set (0: none; the file ends at size) and
 	// the appends so far.
@@ -55,6 +59,7 @@ func newSegment(dir string, base int64, now time.Time) *segment {
 
 func (seg *segment) indexPath() string     { return seg.logPath[:len(seg.logPath)-4] + ".index" }
 func (seg *segment) timeIndexPath() string { return seg.logPath[:len(seg.logPath)-4] + ".timeindex" }
+func (seg *segment) txnIndexPath() string  { return seg.logPath[:len(seg.logPath)-4] + txnIndexExt }
 
 // span is a half-open byte range [start, end).
 type span struct{ start, end int64 }

@@ -18,6 +18,9 @@ type SegmentInfo struct {
 	LogPath       string
 	IndexPath     string
 	TimeIndexPath string
+	// TxnIndexPath is the segment's aborted-transaction index ("" if it
+	// has none; its entries: Partition.SegmentAbortedTxns).
+	TxnIndexPath string
 }
 
 // LocalStartOffset is the first offset held in local segments; below it (and
@@ -46,6 +49,9 @@ func (p *Partition) SealedSegments() []SegmentInfo {
 			Base: seg.base, Next: seg.next.Load(), Size: seg.size.Load(), MaxTimestamp: seg.maxTs.Load(),
 			LogPath: seg.logPath, IndexPath: seg.indexPath(), TimeIndexPath: seg.timeIndexPath(),
 		})
+		if seg.txn.Load() != nil {
+			out[len(out)-1].TxnIndexPath = seg.txnIndexPath()
+		}
 	}
 	return out
 }
@@ -129,6 +135,7 @@ func (p *Partition) Rebase(next, logStart int64) error {
 		}
 		p.store.fs.Remove(old.indexPath())
 		p.store.fs.Remove(old.timeIndexPath())
+		p.store.fs.Remove(old.txnIndexPath())
 		if err := p.store.fs.SyncDir(p.dir); err != nil {
 			return err
 		}

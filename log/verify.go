@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -64,9 +65,12 @@ func VerifyDir(fsys FS, dir string) (*VerifyReport, error) {
 		return nil, err
 	}
 	var bases []int64
+	txn := map[string]bool{}
 	for _, n := range names {
 		if b, ok := parseSegmentName(n, ".log"); ok {
 			bases = append(bases, b)
+		} else if strings.HasSuffix(n, txnIndexExt) {
+			txn[n] = true
 		}
 	}
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
@@ -113,6 +117,9 @@ func VerifyDir(fsys FS, dir string) (*VerifyReport, error) {
 			}
 		}
 		verifyIndexFiles(fsys, seg, size, res, starts, rep)
+		if txn[filepath.Base(seg.txnIndexPath())] {
+			verifyTxnIndex(fsys, seg, res, size, last, rep)
+		}
 	}
 	rep.NextOffset = next
 	return rep, nil

@@ -31,6 +31,10 @@ var versions = []VersionRange{
 	{Key: 20, Min: 0, Max: 6}, // DeleteTopics
 	{Key: 21, Min: 0, Max: 2}, // DeleteRecords
 	{Key: 22, Min: 0, Max: 5}, // InitProducerID
+	{Key: 24, Min: 0, Max: 5}, // AddPartitionsToTxn
+	{Key: 25, Min: 0, Max: 4}, // AddOffsetsToTxn
+	{Key: 26, Min: 0, Max: 5}, // EndTxn
+	{Key: 28, Min: 0, Max: 5}, // TxnOffsetCommit
 	{Key: 29, Min: 0, Max: 3}, // DescribeAcls
 	{Key: 30, Min: 0, Max: 3}, // CreateAcls
 	{Key: 31, Min: 0, Max: 3}, // DeleteAcls
@@ -44,6 +48,9 @@ var versions = []VersionRange{
 	{Key: 50, Min: 0, Max: 0}, // DescribeUserScramCredentials
 	{Key: 51, Min: 0, Max: 0}, // AlterUserScramCredentials
 	{Key: 60, Min: 0, Max: 1}, // DescribeCluster
+	{Key: 61, Min: 0, Max: 0}, // DescribeProducers
+	{Key: 65, Min: 0, Max: 0}, // DescribeTransactions
+	{Key: 66, Min: 0, Max: 2}, // ListTransactions
 }
 
 var byKey = func() map[int16]VersionRange {

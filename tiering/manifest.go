@@ -14,7 +14,7 @@ import (
 // never names a missing object. Versioned JSON:
 //
 //	{"version":1,"log_start_offset":N,"segments":[{"base":..,"next":..,"size":..,"max_timestamp":..,"crc32c":..,
-//	  "chunk_bytes":8388608,"chunk_crc32c":[..]}]}
+//	  "chunk_bytes":8388608,"chunk_crc32c":[..],"txn_index_bytes":..,"txn_index_crc32c":..}]}
 //
 // Segments are contiguous: each one's base is the previous one's next.
 type Manifest struct {
@@ -36,6 +36,11 @@ type SegmentMeta struct {
 	// batches are checked one by one on every read.
 	ChunkBytes  int64    `json:"chunk_bytes,omitempty"`
 	ChunkCRC32C []uint32 `json:"chunk_crc32c,omitempty"`
+	// TxnIndexBytes is the size of the segment's .txnindex object (its
+	// aborted transactions, uploaded beside it); 0: none, and no GET for
+	// it (manifests from before transactions have none).
+	TxnIndexBytes  int64  `json:"txn_index_bytes,omitempty"`
+	TxnIndexCRC32C uint32 `json:"txn_index_crc32c,omitempty"` // of the .txnindex object
 }
 
 // Next is the offset after the last uploaded segment (the log start if none).
@@ -80,6 +85,9 @@ func decodeManifest(b []byte) (*Manifest, error) {
 	for i, sg := range m.Segments {
 		if sg.Base < 0 || sg.Next <= sg.Base || sg.Size <= 0 {
 			return nil, fmt.Errorf("tiering: manifest segment %d: offsets [%d,%d), %d bytes", i, sg.Base, sg.Next, sg.Size)
+		}
+		if sg.TxnIndexBytes < 0 || sg.TxnIndexBytes%txnEntryBytes != 0 {
+			return nil, fmt.Errorf("tiering: manifest segment %d: txn index of %d bytes", i, sg.TxnIndexBytes)
 		}
 		if i > 0 && sg.Base != m.Segments[i-1].Next {
 			return nil, fmt.Errorf("tiering: manifest segments not contiguous at %d", sg.Base)

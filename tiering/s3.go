@@ -669,9 +669,9 @@ func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
 }
 
 // tierKey matches the keys the tier writes under its prefix: segment
-// objects (<topic>-<id>/<partition>/<base>.log|.index|.timeindex) and
+// objects (<topic>-<id>/<partition>/<base>.log|.index|.timeindex|.txnindex) and
 // metadata under _synapse/.
-var tierKey = regexp.MustCompile(`^(_synapse/.+|[a-zA-Z0-9._-]+-[0-9a-f]{32}/[0-9]+/[0-9]{20}\.(log|index|timeindex))$`)
+var tierKey = regexp.MustCompile(`^(_synapse/.+|[a-zA-Z0-9._-]+-[0-9a-f]{32}/[0-9]+/[0-9]{20}\.(log|index|timeindex|txnindex))$`)
 
 // AbortUploads implements UploadAborter: it aborts the multipart uploads
 // of the tier's own keys under the prefix that an interrupted Put left (a

@@ -236,6 +236,9 @@ func (t *Tier) Upload(ctx context.Context, pk PartitionKey, lp *log.Partition) (
 	if m.LogStartOffset < lp.LogStartOffset() {
 		m.LogStartOffset = lp.LogStartOffset()
 	}
+	if m, err = t.refreshTxnIndexes(ctx, pk, lp, m); err != nil {
+		return 0, err
+	}
 	n := 0
 	for _, seg := range lp.SealedSegments() {
 		if seg.Next <= m.Next() || seg.Size == 0 {
@@ -338,6 +341,9 @@ func (t *Tier) uploadSegment(ctx context.Context, pk PartitionKey, lp *log.Parti
 		}
 		t.uploadedBytes.Add(size)
 	}
+	if err := t.uploadTxnIndex(ctx, pk, lp, seg, &meta); err != nil {
+		return meta, err
+	}
 	return meta, nil
 }
 
@@ -368,8 +374,8 @@ func (t *Tier) ReleaseLocal(ctx context.Context, pk PartitionKey, lp *log.Partit
 	}
 	cut := int64(-1)
 	for _, s := range sealed {
-		if !m.Releasable(s, lp.LogStartOffset()) {
-			break // not in the bucket yet: never released
+		if !m.Releasable(s, lp.LogStartOffset()) || !t.txnIndexUploaded(m, s, lp) {
+			break // not in the bucket yet (or its aborted transactions are not): never released
 		}
 		overBytes := keepBytes >= 0 && local > keepBytes
 		tooOld := keepMs >= 0 && s.MaxTimestamp >= 0 && now.UnixMilli()-s.MaxTimestamp > keepMs
@@ -439,7 +445,11 @@ func (t *Tier) ApplyRetention(ctx context.Context, pk PartitionKey, lp *log.Part
 		}
 	}
 	for _, s := range gone {
-		for _, ext := range []string{".log", ".index", ".timeindex"} {
+		exts := []string{".log", ".index", ".timeindex", txnIndexExt}
+		if s.TxnIndexBytes == 0 {
+			exts = exts[:3] // none uploaded: no request for it (CleanOrphans takes a stray one)
+		}
+		for _, ext := range exts {
 			if err := t.store.Delete(ctx, pk.segmentKey(s.Base, ext)); err != nil {
 				t.errs.Add(1)
 				// Every object of every partition while the bucket
@@ -510,7 +520,7 @@ func (t *Tier) CleanOrphans(ctx context.Context, pk PartitionKey) (int, error) {
 	}
 	named := map[string]bool{pk.manifestKey(): true}
 	for _, s := range m.Segments {
-		for _, ext := range []string{".log", ".index", ".timeindex"} {
+		for _, ext := range []string{".log", ".index", ".timeindex", txnIndexExt} {
 			named[pk.segmentKey(s.Base, ext)] = true
 		}
 	}

@@ -62,6 +62,8 @@ type serveOptions struct {
 	groupMaxSession      time.Duration
 	offsetsRetention     time.Duration
 	producerIDExpiration time.Duration
+	txnMaxTimeout        time.Duration
+	txnIDExpiration      time.Duration
 	sec                  securityOptions
 }
 
@@ -110,6 +112,10 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 		"how long committed offsets of a group without members are kept (offsets.retention.minutes)")
 	fs.DurationVar(&o.producerIDExpiration, "producer-id-expiration", 24*time.Hour,
 		"how long a partition keeps the state of an idempotent producer that stopped writing to it (producer.id.expiration.ms)")
+	fs.DurationVar(&o.txnMaxTimeout, "transaction-max-timeout", 15*time.Minute,
+		"longest transaction.timeout.ms a transactional producer may ask for (Kafka's transaction.max.timeout.ms)")
+	fs.DurationVar(&o.txnIDExpiration, "transactional-id-expiration", 7*24*time.Hour,
+		"forget a transactional id with no transaction for this long (Kafka's transactional.id.expiration.ms)")
 }
 
 func (o *serveOptions) validate() error {
@@ -139,6 +145,12 @@ func (o *serveOptions) validate() error {
 	}
 	if o.offsetsRetention <= 0 {
 		errs = append(errs, fmt.Errorf("--offsets-retention %s: must be positive", o.offsetsRetention))
+	}
+	if o.txnMaxTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--transaction-max-timeout %s: must be positive", o.txnMaxTimeout))
+	}
+	if o.txnIDExpiration <= 0 {
+		errs = append(errs, fmt.Errorf("--transactional-id-expiration %s: must be positive", o.txnIDExpiration))
 	}
 	if o.producerIDExpiration <= 0 {
 		errs = append(errs, fmt.Errorf("--producer-id-expiration %s: must be positive", o.producerIDExpiration))
@@ -280,6 +292,8 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 		GroupMaxSessionTimeout:     o.groupMaxSession,
 		OffsetsRetention:           o.offsetsRetention,
 		ProducerIDExpiration:       o.producerIDExpiration,
+		TransactionMaxTimeout:      o.txnMaxTimeout,
+		TransactionalIDExpiration:  o.txnIDExpiration,
 	}
 	closeAudit, err := o.securityConfig(&bcfg, specs, logger)
 	if err != nil {

@@ -1,0 +1,192 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/synapsebroker/synapse/group"
+	"github.com/synapsebroker/synapse/internal/parallel"
+	"github.com/synapsebroker/synapse/log"
+	"github.com/synapsebroker/synapse/tiering"
+	"github.com/synapsebroker/synapse/txn"
+)
+
+// The transaction coordinator (package txn) and what it asks of the
+// broker: markers written to partitions, offsets committed to the group
+// log, producer ids. This file opens the transaction log, mirrors it to the
+// bucket and restores it from there, as groups.go does for the group log.
+
+// txnDir is the transaction log's directory under the data directory (no
+// "-N" suffix: never taken for a topic partition).
+const txnDir = "__transactions"
+
+// txnKey is where the transaction state is mirrored in the bucket.
+const txnKey = "_synapse/transactions.json"
+
+func (s *Server) openTxns(ctx context.Context) error {
+	dir := filepath.Join(s.cfg.DataDir, txnDir)
+	if s.cfg.Tier != nil {
+		if err := s.restoreTxns(ctx, dir); err != nil {
+			return err
+		}
+	}
+	lp, err := s.store.OpenPartition(dir, txn.LogConfig())
+	if err != nil {
+		return fmt.Errorf("broker: open the transaction log: %w", err)
+	}
+	s.txnLog = lp
+	c, err := txn.Open(s.txnConfig(), lp, nil)
+	if err != nil {
+		return fmt.Errorf("broker: load transactions: %w", err)
+	}
+	s.txns = c
+	s.txnsMirrored.Store(math.MaxUint64)
+	c.Recover()
+	return nil
+}
+
+// restoreTxns fills a missing transaction log from the bucket's mirror
+// (written aside, renamed into place once durable, as restoreGroups).
+func (s *Server) restoreTxns(ctx context.Context, dir string) error {
+	tmp := dir + ".restore"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	seed, err := s.cfg.Tier.Store().GetRange(ctx, txnKey, 0, -1)
+	if errors.Is(err, tiering.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("broker: restore transactions: read %s from the tiered store: %w", txnKey, err)
+	}
+	lp, err := s.store.OpenPartition(tmp, txn.LogConfig())
+	if err != nil {
+		return fmt.Errorf("broker: restore transactions: %w", err)
+	}
+	c, err := txn.Open(txn.Config{Logger: s.logger.Named("txn")}, lp, seed)
+	if err == nil {
+		c.Close()
+	}
+	if cerr := lp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("broker: restore transactions: %w", err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return err
+	}
+	return log.OSFS.SyncDir(s.cfg.DataDir)
+}
+
+func (s *Server) txnConfig() txn.Config {
+	return txn.Config{
+		Logger:         s.logger.Named("txn"),
+		Now:            s.cfg.Now,
+		MaxTimeout:     s.cfg.TransactionMaxTimeout,
+		IDExpiration:   s.cfg.TransactionalIDExpiration,
+		NextProducerID: s.meta.nextProducerID,
+		WriteMarkers:   s.writeMarkers,
+		CommitOffsets: func(g string, offs []txn.Offset) error {
+			l := make([]group.TxnOffset, len(offs))
+			for i, o := range offs {
+				l[i] = group.TxnOffset{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, LeaderEpoch: o.LeaderEpoch, Metadata: o.Metadata}
+			}
+			return s.groups.CommitTxnOffsets(g, l)
+		},
+		Pending: func(g string, pid int64, parts []txn.TP, pending bool) {
+			l := make([]group.TxnPartition, len(parts))
+			for i, p := range parts {
+				l[i] = group.TxnPartition{Topic: p.Topic, Partition: p.Partition}
+			}
+			s.groups.SetPending(g, pid, l, pending)
+		},
+		PartitionExists: func(topic string, p int32) bool {
+			t := s.reg.get(topic)
+			return t != nil && s.reg.partition(t, p) != nil
+		},
+	}
+}
+
+// writeMarkers appends producer pid's markers to parts (where it has a
+// transaction open) and waits until they are durable: every partition's
+// marker is appended first, so they share group-commit rounds.
+func (s *Server) writeMarkers(pid int64, epoch int16, commit bool, parts []txn.TP) error {
+	now := s.cfg.Now().UnixMilli()
+	type wait struct {
+		p    *partition
+		next int64
+	}
+	waits := make([]wait, len(parts))
+	errs := make([]error, len(parts))
+	parallel.Each(min(len(parts), 8), len(parts), func(i int) {
+		t := s.reg.get(parts[i].Topic)
+		if t == nil {
+			return // deleted: nothing of it is read any more
+		}
+		p := s.reg.partition(t, parts[i].Partition)
+		if p == nil {
+			return
+		}
+		next, err := p.writeMarker(pid, epoch, commit, now, s.meta.m.LeaderEpoch)
+		waits[i], errs[i] = wait{p, next}, err
+	})
+	for i, w := range waits {
+		if errs[i] != nil {
+			return fmt.Errorf("%s-%d: %w", parts[i].Topic, parts[i].Partition, errs[i])
+		}
+		if w.next > 0 {
+			if err := w.p.log.WaitDurable(w.next); err != nil {
+				return fmt.Errorf("%s-%d: %w", parts[i].Topic, parts[i].Partition, err)
+			}
+		}
+	}
+	return nil
+}
+
+// maintainTxns aborts timed-out transactions, finishes ends that failed,
+// compacts the transaction log and mirrors it when it changed.
+func (s *Server) maintainTxns(now time.Time) {
+	if s.txns == nil {
+		return
+	}
+	s.txns.Maintain(now)
+	if s.cfg.Tier != nil {
+		s.mirrorTxns(s.ctx)
+	}
+}
+
+func (s *Server) mirrorTxns(ctx context.Context) {
+	if s.txns == nil || s.txns.Changes() == s.txnsMirrored.Load() {
+		return
+	}
+	b, n := s.txns.Snapshot()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.cfg.Tier.PutMeta(ctx, txnKey, b); err != nil {
+		s.repeat.Warn("mirror transactions to the tiered store", zap.Error(err))
+		return
+	}
+	s.txnsMirrored.Store(n)
+}
+
+func (s *Server) closeTxns() {
+	if s.txns != nil {
+		s.txns.Close()
+	}
+	if s.txnLog != nil {
+		if err := s.txnLog.Close(); err != nil && !errors.Is(err, log.ErrClosed) {
+			s.logger.Warn("close the transaction log", zap.Error(err))
+		}
+	}
+}

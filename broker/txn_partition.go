@@ -1,0 +1,246 @@
+package broker
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"math"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/synapsebroker/synapse/log"
+)
+
+// Transactions on a partition: which producers have a transaction open
+// here (from the first offset of its first batch), the last stable offset
+// (LSO) that follows from them, and the COMMIT/ABORT markers that close
+// them. An ABORT marker also records the aborted range in the log's
+// aborted-transaction index (log.AddAborted, Kafka's .txnindex), which
+// read_committed fetches return as AbortedTransactions.
+//
+// Invariants:
+//   - A producer's open transaction on a partition begins at the base
+//     offset of its first transactional batch after its last marker there,
+//     and ends at its next marker. LSO = min(first offsets of open
+//     transactions, high watermark).
+//   - The open set survives restarts: the producer snapshot (producers.json)
+//     carries it, and open replays the batches after the snapshot
+//     (ScanBatches: transactional batches open, markers close, ABORT
+//     markers rebuild the aborted index above the snapshot point).
+//   - A marker is written only where the producer has a transaction open,
+//     so the coordinator finishing an end twice (after a crash) writes it
+//     once.
+
+// controlBatch builds a control batch (one record) ending producer pid's
+// transaction at epoch: Kafka's EndTxnMarker (key: version 0, type; value:
+// version 0, coordinator epoch).
+func controlBatch(pid int64, epoch int16, commit bool, nowMs int64, leaderEpoch int32) []byte {
+	typ := log.ControlAbort
+	if commit {
+		typ = log.ControlCommit
+	}
+	key := binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16(nil, 0), uint16(typ))
+	val := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint16(nil, 0), 0)
+	rec := kmsg.Record{Key: key, Value: val}
+	enc := rec.AppendTo(nil)
+	body := binary.AppendVarint(nil, int64(len(enc)-1))
+	body = append(body, enc[1:]...)
+	b := kmsg.RecordBatch{
+		PartitionLeaderEpoch: leaderEpoch,
+		Magic:                2,
+		Attributes:           0x30, // transactional | control
+		FirstTimestamp:       nowMs,
+		MaxTimestamp:         nowMs,
+		ProducerID:           pid,
+		ProducerEpoch:        epoch,
+		FirstSequence:        -1,
+		NumRecords:           1,
+		Records:              body,
+	}
+	out := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
+	binary.BigEndian.PutUint32(out[17:], crc32.Checksum(out[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return out
+}
+
+// lastStable returns the partition's LSO given its high watermark.
+func (p *partition) lastStable(hw int64) int64 {
+	if f := p.firstOpen.Load(); f > 0 && f-1 < hw {
+		return f - 1
+	}
+	return hw
+}
+
+// openTxnLocked notes a transactional batch of pid at base. p.mu held.
+func (p *partition) openTxnLocked(pid, base int64) {
+	if _, ok := p.txnOpen[pid]; ok {
+		return
+	}
+	if p.txnOpen == nil {
+		p.txnOpen = map[int64]int64{}
+	}
+	p.txnOpen[pid] = base
+	p.setFirstOpenLocked()
+}
+
+// setFirstOpenLocked recomputes the first offset of the oldest open
+// transaction. p.mu held.
+func (p *partition) setFirstOpenLocked() {
+	first := int64(math.MaxInt64)
+	for _, f := range p.txnOpen {
+		first = min(first, f)
+	}
+	if first == math.MaxInt64 {
+		p.firstOpen.Store(0)
+		return
+	}
+	p.firstOpen.Store(first + 1)
+}
+
+// stableAfterLocked is the LSO once pid's transaction ends with its marker
+// at markerOffset (Kafka's lastStableOffset of a completed transaction):
+// the first offset of the oldest other open transaction, else the offset
+// after the marker. p.mu held.
+func (p *partition) stableAfterLocked(pid, markerOffset int64) int64 {
+	lso := markerOffset + 1
+	for id, f := range p.txnOpen {
+		if id != pid {
+			lso = min(lso, f)
+		}
+	}
+	return lso
+}
+
+// closeTxnLocked ends pid's transaction with the marker batch at offset
+// (control: log.ControlCommit or log.ControlAbort) and returns the aborted
+// index entry to record for an abort (ok false otherwise). p.mu held.
+func (p *partition) closeTxnLocked(pid int64, epoch int16, offset int64, control int16, nowMs int64) (log.AbortedTxn, bool) {
+	if st := p.producers[pid]; st == nil || epoch > st.Epoch {
+		// A marker at a bumped epoch (a fence, or KIP-890's end): the
+		// producer's next batch starts its sequence over.
+		p.producers[pid] = &producerState{Epoch: epoch, LastMs: nowMs}
+	} else {
+		st.LastMs = nowMs
+	}
+	first, ok := p.txnOpen[pid]
+	if !ok {
+		return log.AbortedTxn{}, false
+	}
+	a := log.AbortedTxn{ProducerID: pid, FirstOffset: first, LastOffset: offset, LastStableOffset: p.stableAfterLocked(pid, offset)}
+	delete(p.txnOpen, pid)
+	p.setFirstOpenLocked()
+	return a, control == log.ControlAbort
+}
+
+// writeMarker appends the marker ending pid's transaction here, if it has
+// one open, and returns the offset to wait on for durability (0: nothing
+// written).
+func (p *partition) writeMarker(pid int64, epoch int16, commit bool, nowMs int64, leaderEpoch int32) (int64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.txnOpen[pid]; !ok {
+		// Nothing open (the marker was written before a crash, or the
+		// producer never wrote here): only the epoch moves.
+		if st := p.producers[pid]; st != nil && epoch > st.Epoch {
+			p.producers[pid] = &producerState{Epoch: epoch, LastMs: nowMs}
+		}
+		return 0, nil
+	}
+	res, err := p.log.Append(controlBatch(pid, epoch, commit, nowMs, leaderEpoch))
+	if err != nil {
+		return 0, err
+	}
+	control := log.ControlAbort
+	if commit {
+		control = log.ControlCommit
+	}
+	first := p.txnOpen[pid]
+	a, abort := p.closeTxnLocked(pid, epoch, res.BaseOffset, control, nowMs)
+	if abort {
+		if err := p.log.AddAborted(a); err != nil {
+			// The marker is in the log but its index entry is not: keep
+			// the transaction open (nothing of it becomes visible), so
+			// the coordinator's retry writes another marker and entry.
+			p.openTxnLocked(pid, first)
+			return 0, err
+		}
+	}
+	return res.LastOffset + 1, nil
+}
+
+// replayTxns is loadProducers' pass over the batches after the snapshot:
+// sequences, open transactions, and the aborted index above from rebuilt.
+func (p *partition) replayTxns(from int64) error {
+	var aborted []log.AbortedTxn
+	err := p.log.ScanBatches(from, func(h *log.BatchHeader, control int16) bool {
+		if h.BaseOffset < from || h.ProducerID < 0 {
+			return true
+		}
+		if h.Control() {
+			if control != log.ControlAbort && control != log.ControlCommit {
+				return true // another control type: not a transaction's end
+			}
+			if a, abort := p.closeTxnLocked(h.ProducerID, h.ProducerEpoch, h.BaseOffset, control, 0); abort {
+				aborted = append(aborted, a)
+			}
+			return true
+		}
+		p.recordSequence(h, 0) // appended when: unknown
+		if h.Transactional() {
+			p.openTxnLocked(h.ProducerID, h.BaseOffset)
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	return p.log.RebuildAborted(from, aborted)
+}
+
+// abortedIn returns the aborted transactions overlapping [from, upper) as
+// a fetch answers them, from the local log's index.
+func (p *partition) abortedIn(from, upper int64) ([]kmsg.FetchResponseTopicPartitionAbortedTransaction, error) {
+	l, err := p.log.AbortedTxns(nil, from, upper)
+	if err != nil || len(l) == 0 {
+		return nil, err
+	}
+	return abortedList(nil, l), nil
+}
+
+// abortedList appends entries to dst as a fetch answers them, without
+// repeats (an entry may come from both a local and an uploaded copy of a
+// segment).
+func abortedList(dst []kmsg.FetchResponseTopicPartitionAbortedTransaction, l []log.AbortedTxn) []kmsg.FetchResponseTopicPartitionAbortedTransaction {
+next:
+	for _, a := range l {
+		for _, d := range dst {
+			if d.ProducerID == a.ProducerID && d.FirstOffset == a.FirstOffset {
+				continue next
+			}
+		}
+		at := kmsg.NewFetchResponseTopicPartitionAbortedTransaction()
+		at.ProducerID, at.FirstOffset = a.ProducerID, a.FirstOffset
+		dst = append(dst, at)
+	}
+	return dst
+}
+
+// coldAborted returns the aborted transactions overlapping [from, upper)
+// for a read from the bucket: the bucket's index for the uploaded segments
+// and the local one for the rest (a transaction's ABORT marker, where its
+// entry is, may be in a later, local segment). wait is non-nil when the
+// bucket's index of a segment is not in memory yet (loading in the
+// background; the fetch answers the partition empty until it is).
+func (s *Server) coldAborted(p *partition, from, upper int64) ([]kmsg.FetchResponseTopicPartitionAbortedTransaction, <-chan struct{}, error) {
+	remote, wait, err := s.cfg.Tier.AbortedTxnsNoWait(s.ctx, p.tierKey(), nil, from, upper)
+	if err != nil || wait != nil {
+		return nil, wait, err
+	}
+	local, err := p.log.AbortedTxns(nil, from, upper)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(remote)+len(local) == 0 {
+		return nil, nil, nil
+	}
+	return abortedList(abortedList(nil, remote), local), nil, nil
+}

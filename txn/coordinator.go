@@ -1,0 +1,926 @@
+// Package txn is the transaction coordinator: Kafka's transaction protocol
+// (KIP-98, KIP-447, KIP-360, and KIP-890's epoch bump on EndTxn v5) for the
+// transactional ids of this broker. State lives in an internal partition of
+// the log engine (the transaction log, Kafka's __transaction_state), one
+// record per change of an id, replayed at open.
+//
+// The coordinator decides; the broker writes. Ending a transaction runs:
+//
+//	Ongoing ─EndTxn/timeout─▶ Prepare{Commit,Abort}  record durable (the decision)
+//	        ─▶ markers on every partition of the transaction, durable (Config.WriteMarkers)
+//	        ─▶ commit: the pending offsets into the group log, durable (Config.CommitOffsets)
+//	        ─▶ Complete{Commit,Abort}  record durable ─▶ the client is answered
+//
+// A crash after the decision leaves a Prepare record: Recover (at start) and
+// Maintain (after a failed write) finish it, so every transaction ends
+// committed or aborted as a whole. Markers are written only to partitions
+// where the producer still has an open transaction, so finishing twice
+// writes nothing twice.
+package txn
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"go.uber.org/zap"
+
+	"github.com/synapsebroker/synapse/internal/recordlog"
+	"github.com/synapsebroker/synapse/log"
+)
+
+// Config configures a Coordinator. Zero durations take Kafka's defaults.
+type Config struct {
+	Logger *zap.Logger
+	Now    func() time.Time
+	// MaxTimeout is transaction.max.timeout.ms (15 min): InitProducerId
+	// asking for more is INVALID_TRANSACTION_TIMEOUT.
+	MaxTimeout time.Duration
+	// IDExpiration is transactional.id.expiration.ms (7 days): an id with
+	// no transaction open and no change for that long is forgotten.
+	IDExpiration time.Duration
+	// NextProducerID hands out a producer id never used before.
+	NextProducerID func() (int64, error)
+	// WriteMarkers appends a COMMIT (commit) or ABORT marker of producer
+	// pid at epoch to each partition in parts where pid has an open
+	// transaction, and returns once they are durable.
+	WriteMarkers func(pid int64, epoch int16, commit bool, parts []TP) error
+	// CommitOffsets writes a group's offsets durably (a transaction's
+	// offsets, at its commit).
+	CommitOffsets func(group string, offsets []Offset) error
+	// Pending tells the group coordinator that a group has (pending true)
+	// or no longer has offsets of producer pid waiting for the end of its
+	// transaction, for OffsetFetch's require_stable.
+	Pending func(group string, pid int64, parts []TP, pending bool)
+	// PartitionExists reports whether a topic partition exists.
+	PartitionExists func(topic string, partition int32) bool
+}
+
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.MaxTimeout <= 0 {
+		c.MaxTimeout = 15 * time.Minute
+	}
+	if c.IDExpiration <= 0 {
+		c.IDExpiration = 7 * 24 * time.Hour
+	}
+	if c.WriteMarkers == nil {
+		c.WriteMarkers = func(int64, int16, bool, []TP) error { return nil }
+	}
+	if c.CommitOffsets == nil {
+		c.CommitOffsets = func(string, []Offset) error { return nil }
+	}
+	if c.Pending == nil {
+		c.Pending = func(string, int64, []TP, bool) {}
+	}
+	if c.PartitionExists == nil {
+		c.PartitionExists = func(string, int32) bool { return true }
+	}
+}
+
+// LogConfig is the transaction log's configuration: records are never
+// deleted by retention (compaction moves the log start instead).
+func LogConfig() log.Config {
+	return log.Config{
+		SegmentBytes:    16 << 20,
+		MaxMessageBytes: 16 << 20,
+		RetentionBytes:  -1,
+		RetentionMs:     -1,
+	}
+}
+
+// Coordinator owns every transactional id.
+type Coordinator struct {
+	cfg Config
+	log *log.Partition
+
+	mu     sync.Mutex // guards txns, byPID, closed
+	txns   map[string]*txn
+	byPID  map[int64]*txn
+	closed bool
+
+	changes      atomic.Uint64
+	sinceCompact atomic.Int64
+	liveBytes    atomic.Int64
+	compactMu    sync.Mutex
+}
+
+// Errors of a transactional produce (Produce).
+var (
+	// ErrInvalidTxnState: the partition is not in an open transaction of
+	// this producer (INVALID_TXN_STATE).
+	ErrInvalidTxnState = errors.New("the partition is not part of an open transaction of this producer")
+	// ErrFenced: the producer's epoch is not the transactional id's
+	// current one (INVALID_PRODUCER_EPOCH).
+	ErrFenced = errors.New("producer epoch is not the transactional id's current epoch: fenced")
+)
+
+// Open loads the transaction log p (opened with LogConfig). If p is empty
+// and seed is non-nil (a document Snapshot wrote), the seed is written into
+// the log first: a restore from the tiered store. Transactions the log
+// shows mid-end are finished by Recover, once the partitions are open.
+func Open(cfg Config, p *log.Partition, seed []byte) (*Coordinator, error) {
+	cfg.setDefaults()
+	c := &Coordinator{cfg: cfg, log: p, txns: map[string]*txn{}, byPID: map[int64]*txn{}}
+	if seed != nil && p.LogEndOffset() == p.LogStartOffset() {
+		recs, err := parseSnapshot(seed)
+		if err != nil {
+			return nil, err
+		}
+		for len(recs) > 0 {
+			n := min(len(recs), 512)
+			if err := c.append(recs[:n]); err != nil {
+				return nil, err
+			}
+			recs = recs[n:]
+		}
+		cfg.Logger.Info("restored transactions from the tiered store")
+	}
+	if err := c.load(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+var errLoad = fmt.Errorf("txn: %w", recordlog.ErrUnreadable)
+
+func (c *Coordinator) load() error {
+	vals := map[string]*value{}
+	n := 0
+	err := recordlog.Replay(c.log, func(kb, vb []byte) error {
+		n++
+		var k key
+		if err := json.Unmarshal(kb, &k); err != nil {
+			return fmt.Errorf("%w: key: %v", errLoad, err)
+		}
+		if vb == nil {
+			delete(vals, k.ID)
+			return nil
+		}
+		var v value
+		if err := json.Unmarshal(vb, &v); err != nil {
+			return fmt.Errorf("%w: value of %q: %v", errLoad, k.ID, err)
+		}
+		vals[k.ID] = &v
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for id, v := range vals {
+		t := &txn{id: id}
+		t.fromValue(v)
+		c.txns[id] = t
+		c.byPID[t.producerID] = t
+	}
+	c.liveBytes.Store(c.log.LocalBytes() / 2)
+	c.cfg.Logger.Info("transactions loaded", zap.Int("transactional_ids", len(c.txns)), zap.Int("records", n))
+	return nil
+}
+
+// Recover finishes the transactions the log shows mid-end (a Prepare
+// record without its Complete one) and tells the group coordinator about
+// pending offsets of open transactions. The broker calls it once its
+// partitions and the group log are open, before it serves.
+func (c *Coordinator) Recover() {
+	for _, t := range c.all() {
+		t.mu.Lock()
+		switch t.state {
+		case PrepareCommit, PrepareAbort:
+			if err := c.completeLocked(t); err != nil {
+				c.cfg.Logger.Warn("finish a transaction after restart (retried by maintenance)", zap.String("transactional_id", t.id), zap.Error(err))
+			}
+		case Ongoing:
+			for g, offs := range t.groups {
+				c.cfg.Pending(g, t.producerID, offsetTPs(offs), true)
+			}
+		}
+		t.mu.Unlock()
+	}
+}
+
+func offsetTPs(offs map[TP]Offset) []TP {
+	l := make([]TP, 0, len(offs))
+	for k := range offs {
+		l = append(l, k)
+	}
+	return l
+}
+
+// append writes recs as one batch and waits until it is durable.
+func (c *Coordinator) append(recs []recordlog.Record) error {
+	b := recordlog.Encode(recs, c.cfg.Now())
+	res, err := c.log.Append(b)
+	if err != nil {
+		return err
+	}
+	if err := c.log.WaitDurable(res.LastOffset + 1); err != nil {
+		return err
+	}
+	c.sinceCompact.Add(int64(len(b)))
+	c.changes.Add(1)
+	return nil
+}
+
+// persistLocked writes t's state. t.mu held.
+func (c *Coordinator) persistLocked(t *txn) error {
+	t.updateMs = c.cfg.Now().UnixMilli()
+	return c.append([]recordlog.Record{encodeRecord(t.id, t.toValue())})
+}
+
+// lock returns id's state locked, creating it if create; nil if it does
+// not exist (and create is not set) or the coordinator is closed.
+func (c *Coordinator) lock(id string, create bool) *txn {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil
+		}
+		t := c.txns[id]
+		if t == nil {
+			if !create {
+				c.mu.Unlock()
+				return nil
+			}
+			t = &txn{id: id, producerID: -1, epoch: -1, lastProducerID: -1, lastEpoch: -1, state: Dead}
+			c.txns[id] = t
+		}
+		c.mu.Unlock()
+		t.mu.Lock()
+		if c.txns[id] == t || t.state != Dead {
+			return t
+		}
+		t.mu.Unlock() // expired meanwhile: look again
+	}
+}
+
+// setPIDLocked moves t to producer id pid in the id index. t.mu held.
+func (c *Coordinator) setPIDLocked(t *txn, pid int64) {
+	c.mu.Lock()
+	if c.byPID[t.producerID] == t {
+		delete(c.byPID, t.producerID)
+	}
+	t.producerID = pid
+	c.byPID[pid] = t
+	c.mu.Unlock()
+}
+
+func (c *Coordinator) all() []*txn {
+	c.mu.Lock()
+	l := make([]*txn, 0, len(c.txns))
+	for _, t := range c.txns {
+		l = append(l, t)
+	}
+	c.mu.Unlock()
+	sort.Slice(l, func(i, j int) bool { return l[i].id < l[j].id })
+	return l
+}
+
+// Close stops the coordinator; requests after it get NOT_COORDINATOR. The
+// log is the caller's to close.
+func (c *Coordinator) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+}
+
+// Changes counts durable changes (a mirror taken at a lower count is
+// stale).
+func (c *Coordinator) Changes() uint64 { return c.changes.Load() }
+
+// InitProducerID: a producer with transactional id id starts (or starts
+// again). It gets the id's producer id with the epoch bumped, which fences
+// any older producer of the same id; an open transaction of the older one
+// is aborted first. reqPID/reqEpoch (v3+, KIP-360) are the caller's current
+// ones, or -1.
+func (c *Coordinator) InitProducerID(id string, timeoutMs int32, reqPID int64, reqEpoch int16) (int64, int16, *kerr.Error) {
+	if timeoutMs <= 0 || time.Duration(timeoutMs)*time.Millisecond > c.cfg.MaxTimeout {
+		return -1, -1, kerr.InvalidTransactionTimeout
+	}
+	t := c.lock(id, true)
+	if t == nil {
+		return -1, -1, kerr.NotCoordinator
+	}
+	defer t.mu.Unlock()
+	if t.state == Dead {
+		// A new transactional id.
+		pid, err := c.cfg.NextProducerID()
+		if err != nil {
+			c.forgetLocked(t)
+			return -1, -1, kerr.CoordinatorNotAvailable
+		}
+		t.epoch, t.timeoutMs, t.state, t.partitions = 0, timeoutMs, Empty, map[TP]struct{}{}
+		c.setPIDLocked(t, pid)
+		if err := c.persistLocked(t); err != nil {
+			c.forgetLocked(t)
+			return -1, -1, kerr.CoordinatorNotAvailable
+		}
+		return t.producerID, t.epoch, nil
+	}
+	if t.state == PrepareCommit || t.state == PrepareAbort {
+		if err := c.completeLocked(t); err != nil {
+			return -1, -1, kerr.ConcurrentTransactions
+		}
+	}
+	if reqPID >= 0 {
+		switch {
+		case reqPID == t.producerID && reqEpoch == t.epoch:
+		case reqPID == t.lastProducerID && reqEpoch == t.lastEpoch && t.state == Empty:
+			// A retry of the init that bumped (its answer was lost).
+			return t.producerID, t.epoch, nil
+		default:
+			return -1, -1, kerr.ProducerFenced
+		}
+	}
+	prev := *t
+	prevParts, prevGroups := t.partitions, t.groups
+	if t.state == Ongoing {
+		// The older producer's transaction is aborted with the epoch
+		// bumped: its markers fence it, and the new producer starts at
+		// the bumped epoch.
+		if err := c.endLocked(t, false, true); err != nil {
+			return -1, -1, kerr.ConcurrentTransactions
+		}
+	} else {
+		t.lastProducerID, t.lastEpoch = t.producerID, t.epoch
+		if err := c.bumpLocked(t); err != nil {
+			return -1, -1, kerr.CoordinatorNotAvailable
+		}
+	}
+	t.state, t.timeoutMs, t.partitions, t.groups, t.startMs = Empty, timeoutMs, map[TP]struct{}{}, nil, 0
+	if err := c.persistLocked(t); err != nil {
+		c.restoreLocked(t, &prev, prevParts, prevGroups)
+		return -1, -1, kerr.CoordinatorNotAvailable
+	}
+	return t.producerID, t.epoch, nil
+}
+
+// restoreLocked puts t back as it was before a change that could not be
+// made durable.
+func (c *Coordinator) restoreLocked(t, prev *txn, parts map[TP]struct{}, groups map[string]map[TP]Offset) {
+	pid := prev.producerID
+	t.epoch, t.lastProducerID, t.lastEpoch = prev.epoch, prev.lastProducerID, prev.lastEpoch
+	t.timeoutMs, t.state, t.startMs, t.updateMs = prev.timeoutMs, prev.state, prev.startMs, prev.updateMs
+	t.partitions, t.groups = parts, groups
+	if t.producerID != pid {
+		c.setPIDLocked(t, pid)
+	}
+}
+
+// bumpLocked moves t to its next epoch; at the last epoch, to a new
+// producer id at epoch 0 (as Kafka does). t.mu held.
+func (c *Coordinator) bumpLocked(t *txn) error {
+	if t.epoch < math.MaxInt16-1 {
+		t.epoch++
+		return nil
+	}
+	pid, err := c.cfg.NextProducerID()
+	if err != nil {
+		return err
+	}
+	c.setPIDLocked(t, pid)
+	t.epoch = 0
+	return nil
+}
+
+// forgetLocked drops t (never made durable, or expired). t.mu held.
+func (c *Coordinator) forgetLocked(t *txn) {
+	c.mu.Lock()
+	if c.txns[t.id] == t {
+		delete(c.txns, t.id)
+	}
+	if c.byPID[t.producerID] == t {
+		delete(c.byPID, t.producerID)
+	}
+	c.mu.Unlock()
+	t.state = Dead
+}
+
+// check is the common check of a request naming a transactional id with
+// its producer id and epoch. It returns t locked (nil with the error).
+func (c *Coordinator) check(id string, pid int64, epoch int16) (*txn, *kerr.Error) {
+	t := c.lock(id, false)
+	if t == nil {
+		c.mu.Lock()
+		closed := c.closed
+		c.mu.Unlock()
+		if closed {
+			return nil, kerr.NotCoordinator
+		}
+		return nil, kerr.InvalidProducerIDMapping
+	}
+	switch {
+	case t.state == Dead || t.producerID != pid:
+		t.mu.Unlock()
+		return nil, kerr.InvalidProducerIDMapping
+	case t.epoch != epoch:
+		t.mu.Unlock()
+		return nil, kerr.ProducerFenced
+	}
+	return t, nil
+}
+
+// beginLocked makes t's transaction Ongoing if it is not yet (the first
+// partition or group added). t.mu held; the caller persists.
+func (c *Coordinator) beginLocked(t *txn) *kerr.Error {
+	switch t.state {
+	case Ongoing:
+	case Empty, CompleteCommit, CompleteAbort:
+		t.state, t.startMs = Ongoing, c.cfg.Now().UnixMilli()
+		t.partitions, t.groups = map[TP]struct{}{}, nil
+	case PrepareCommit, PrepareAbort:
+		return kerr.ConcurrentTransactions
+	default:
+		return kerr.InvalidTxnState
+	}
+	return nil
+}
+
+// AddPartitions adds partitions to id's transaction (AddPartitionsToTxn).
+// With verifyOnly (v4+ verify, KIP-890) nothing is added: each partition
+// answers whether it is in the open transaction. The error is for the
+// whole request; else codes holds one code per partition of parts.
+func (c *Coordinator) AddPartitions(id string, pid int64, epoch int16, parts []TP, verifyOnly bool) ([]int16, *kerr.Error) {
+	t, e := c.check(id, pid, epoch)
+	if e != nil {
+		return nil, e
+	}
+	defer t.mu.Unlock()
+	codes := make([]int16, len(parts))
+	if verifyOnly {
+		for i, p := range parts {
+			if _, ok := t.partitions[p]; !ok || t.state != Ongoing {
+				codes[i] = kerr.InvalidTxnState.Code
+			}
+		}
+		return codes, nil
+	}
+	missing := false
+	for i, p := range parts {
+		if !c.cfg.PartitionExists(p.Topic, p.Partition) {
+			codes[i] = kerr.UnknownTopicOrPartition.Code
+			missing = true
+		}
+	}
+	if missing {
+		// As Kafka: the whole request fails, the good partitions with
+		// OPERATION_NOT_ATTEMPTED.
+		for i := range codes {
+			if codes[i] == 0 {
+				codes[i] = kerr.OperationNotAttempted.Code
+			}
+		}
+		return codes, nil
+	}
+	if t.state == Ongoing {
+		all := true
+		for _, p := range parts {
+			if _, ok := t.partitions[p]; !ok {
+				all = false
+				break
+			}
+		}
+		if all {
+			return codes, nil // nothing new: no write
+		}
+	}
+	prev := *t
+	prevParts := make(map[TP]struct{}, len(t.partitions))
+	for p := range t.partitions {
+		prevParts[p] = struct{}{}
+	}
+	prevGroups := t.groups
+	if e := c.beginLocked(t); e != nil {
+		return nil, e
+	}
+	for _, p := range parts {
+		t.partitions[p] = struct{}{}
+	}
+	if err := c.persistLocked(t); err != nil {
+		c.restoreLocked(t, &prev, prevParts, prevGroups)
+		return nil, kerr.CoordinatorNotAvailable
+	}
+	return codes, nil
+}
+
+// AddOffsets adds a group to id's transaction (AddOffsetsToTxn): offsets
+// the producer commits for it with TxnOffsetCommit are committed with the
+// transaction.
+func (c *Coordinator) AddOffsets(id string, pid int64, epoch int16, group string) *kerr.Error {
+	t, e := c.check(id, pid, epoch)
+	if e != nil {
+		return e
+	}
+	defer t.mu.Unlock()
+	if t.state == Ongoing && t.groups[group] != nil {
+		return nil
+	}
+	prev := *t
+	prevParts, prevGroups := t.partitions, t.groups
+	if e := c.beginLocked(t); e != nil {
+		return e
+	}
+	groups := make(map[string]map[TP]Offset, len(t.groups)+1)
+	for g, o := range t.groups {
+		groups[g] = o
+	}
+	groups[group] = map[TP]Offset{}
+	t.groups = groups
+	if err := c.persistLocked(t); err != nil {
+		c.restoreLocked(t, &prev, prevParts, prevGroups)
+		return kerr.CoordinatorNotAvailable
+	}
+	return nil
+}
+
+// TxnOffsetCommit stores offsets of group in id's transaction, durably;
+// they are committed to the group when the transaction commits. codes has
+// one code per offset (UNKNOWN_TOPIC_OR_PARTITION for a partition that
+// does not exist).
+func (c *Coordinator) TxnOffsetCommit(id string, pid int64, epoch int16, group string, offs []Offset) ([]int16, *kerr.Error) {
+	t, e := c.check(id, pid, epoch)
+	if e != nil {
+		return nil, e
+	}
+	defer t.mu.Unlock()
+	if t.state != Ongoing || t.groups[group] == nil {
+		// AddOffsetsToTxn comes first (Kafka's clients always send it).
+		return nil, kerr.InvalidTxnState
+	}
+	codes := make([]int16, len(offs))
+	next := make(map[TP]Offset, len(t.groups[group])+len(offs))
+	for k, o := range t.groups[group] {
+		next[k] = o
+	}
+	var added []TP
+	for i, o := range offs {
+		if !c.cfg.PartitionExists(o.Topic, o.Partition) {
+			codes[i] = kerr.UnknownTopicOrPartition.Code
+			continue
+		}
+		k := TP{o.Topic, o.Partition}
+		next[k] = o
+		added = append(added, k)
+	}
+	if len(added) == 0 {
+		return codes, nil
+	}
+	old := t.groups
+	groups := make(map[string]map[TP]Offset, len(t.groups))
+	for g, o := range t.groups {
+		groups[g] = o
+	}
+	groups[group] = next
+	t.groups = groups
+	if err := c.persistLocked(t); err != nil {
+		t.groups = old
+		return nil, kerr.CoordinatorNotAvailable
+	}
+	c.cfg.Pending(group, t.producerID, added, true)
+	return codes, nil
+}
+
+// EndTxn commits or aborts id's transaction and returns once its markers,
+// offsets and state are durable. With bump (EndTxn v5+, KIP-890) the epoch
+// is bumped by the end, and the new producer id and epoch are returned.
+func (c *Coordinator) EndTxn(id string, pid int64, epoch int16, commit, bump bool) (int64, int16, *kerr.Error) {
+	t := c.lock(id, false)
+	if t == nil {
+		return -1, -1, kerr.InvalidProducerIDMapping
+	}
+	defer t.mu.Unlock()
+	done := CompleteAbort
+	if commit {
+		done = CompleteCommit
+	}
+	// A retry of an end that bumped the epoch (its answer was lost).
+	if bump && t.state == done && pid == t.lastProducerID && epoch == t.lastEpoch {
+		return t.producerID, t.epoch, nil
+	}
+	switch {
+	case t.state == Dead || t.producerID != pid:
+		return -1, -1, kerr.InvalidProducerIDMapping
+	case t.epoch != epoch:
+		return -1, -1, kerr.ProducerFenced
+	}
+	switch t.state {
+	case Ongoing:
+		if err := c.endLocked(t, commit, bump); err != nil {
+			c.cfg.Logger.Warn("end transaction (the decision is durable; retried by maintenance)", zap.String("transactional_id", id), zap.Error(err))
+			return -1, -1, kerr.CoordinatorNotAvailable
+		}
+	case PrepareCommit, PrepareAbort:
+		if (t.state == PrepareCommit) != commit {
+			return -1, -1, kerr.InvalidTxnState
+		}
+		if err := c.completeLocked(t); err != nil {
+			return -1, -1, kerr.ConcurrentTransactions
+		}
+	case CompleteCommit, CompleteAbort:
+		if t.state != done {
+			return -1, -1, kerr.InvalidTxnState
+		}
+		// A retry of an end that already happened.
+	case Empty:
+		if commit {
+			return -1, -1, kerr.InvalidTxnState
+		}
+		// An abort of an empty transaction: nothing to do (Kafka answers
+		// so for clients that abort after a failed add).
+	}
+	return t.producerID, t.epoch, nil
+}
+
+// endLocked ends t's open transaction: the decision (Prepare) durable, then
+// completeLocked. With bump the epoch is bumped with the decision, so the
+// markers carry the new epoch and fence the old one. t.mu held.
+func (c *Coordinator) endLocked(t *txn, commit, bump bool) error {
+	prev := *t
+	prevParts, prevGroups := t.partitions, t.groups
+	if bump {
+		t.lastProducerID, t.lastEpoch = t.producerID, t.epoch
+		if t.epoch < math.MaxInt16-1 {
+			t.epoch++
+		} else {
+			// The last epoch: the markers go at the highest one, and
+			// the producer id changes once the end is complete.
+			t.epoch = math.MaxInt16
+		}
+	}
+	t.state = PrepareAbort
+	if commit {
+		t.state = PrepareCommit
+	}
+	if err := c.persistLocked(t); err != nil {
+		c.restoreLocked(t, &prev, prevParts, prevGroups)
+		return err
+	}
+	return c.completeLocked(t)
+}
+
+// completeLocked writes the markers (and, for a commit, the offsets) of t's
+// decided transaction and then its Complete record. On an error t stays
+// in its Prepare state, to be finished later. t.mu held.
+func (c *Coordinator) completeLocked(t *txn) error {
+	commit := t.state == PrepareCommit
+	parts := t.partitionList()
+	if len(parts) > 0 {
+		if err := c.cfg.WriteMarkers(t.producerID, t.epoch, commit, parts); err != nil {
+			return fmt.Errorf("write markers: %w", err)
+		}
+	}
+	groups := make([]string, 0, len(t.groups))
+	for g := range t.groups {
+		groups = append(groups, g)
+	}
+	sort.Strings(groups)
+	if commit {
+		for _, g := range groups {
+			offs := t.groups[g]
+			if len(offs) == 0 {
+				continue
+			}
+			l := make([]Offset, 0, len(offs))
+			for _, o := range offs {
+				l = append(l, o)
+			}
+			if err := c.cfg.CommitOffsets(g, l); err != nil {
+				return fmt.Errorf("commit offsets of group %q: %w", g, err)
+			}
+		}
+	}
+	for _, g := range groups {
+		if offs := t.groups[g]; len(offs) > 0 {
+			c.cfg.Pending(g, t.producerID, offsetTPs(offs), false)
+		}
+	}
+	state := CompleteAbort
+	if commit {
+		state = CompleteCommit
+	}
+	if t.epoch == math.MaxInt16 {
+		pid, err := c.cfg.NextProducerID()
+		if err != nil {
+			return err
+		}
+		c.setPIDLocked(t, pid)
+		t.epoch = 0
+	}
+	t.state, t.partitions, t.groups = state, map[TP]struct{}{}, nil
+	return c.persistLocked(t)
+}
+
+// Produce runs appendFn (the append of a transactional batch of producer
+// pid at epoch to partition p) if p is in pid's open transaction; else it
+// returns ErrFenced or ErrInvalidTxnState. appendFn runs under the
+// transaction's lock, so the transaction cannot end between the check and
+// the append.
+func (c *Coordinator) Produce(pid int64, epoch int16, p TP, appendFn func() error) error {
+	c.mu.Lock()
+	t := c.byPID[pid]
+	c.mu.Unlock()
+	if t == nil {
+		return ErrInvalidTxnState
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.producerID != pid || t.state == Dead:
+		return ErrInvalidTxnState
+	case epoch != t.epoch:
+		return ErrFenced
+	case t.state != Ongoing:
+		return ErrInvalidTxnState
+	}
+	if _, ok := t.partitions[p]; !ok {
+		return ErrInvalidTxnState
+	}
+	return appendFn()
+}
+
+// Maintain aborts transactions open past their timeout (the producer is
+// fenced: the abort bumps the epoch), finishes ends that failed part way,
+// forgets ids idle past the expiration, and compacts the log.
+func (c *Coordinator) Maintain(now time.Time) {
+	nowMs := now.UnixMilli()
+	for _, t := range c.all() {
+		t.mu.Lock()
+		switch t.state {
+		case Ongoing:
+			if nowMs-t.startMs > int64(t.timeoutMs) {
+				c.cfg.Logger.Info("abort a transaction open past its timeout", zap.String("transactional_id", t.id), zap.Int32("timeout_ms", t.timeoutMs))
+				if err := c.endLocked(t, false, true); err != nil {
+					c.cfg.Logger.Warn("abort a timed-out transaction", zap.String("transactional_id", t.id), zap.Error(err))
+				}
+			}
+		case PrepareCommit, PrepareAbort:
+			if err := c.completeLocked(t); err != nil {
+				c.cfg.Logger.Warn("finish a transaction", zap.String("transactional_id", t.id), zap.Error(err))
+			}
+		case Empty, CompleteCommit, CompleteAbort:
+			if nowMs-t.updateMs > c.cfg.IDExpiration.Milliseconds() {
+				if err := c.append([]recordlog.Record{encodeRecord(t.id, nil)}); err == nil {
+					c.forgetLocked(t)
+				}
+			}
+		}
+		t.mu.Unlock()
+	}
+	if _, err := c.log.Maintain(now); err != nil {
+		c.cfg.Logger.Warn("transaction log maintenance", zap.Error(err))
+	}
+	if grown := c.sinceCompact.Load(); grown > 8<<20 && grown > 2*c.liveBytes.Load() {
+		if err := c.compact(); err != nil {
+			c.cfg.Logger.Warn("compact the transaction log", zap.Error(err))
+		}
+	}
+}
+
+// compact rewrites the live state at the log's tail and moves the log
+// start past what came before (as the group log does): each id's record is
+// appended under its lock after the cut, so everything below the cut is
+// superseded.
+func (c *Coordinator) compact() error {
+	c.compactMu.Lock()
+	defer c.compactMu.Unlock()
+	if err := c.log.Roll(); err != nil {
+		return err
+	}
+	cut := c.log.LogEndOffset()
+	start := c.sinceCompact.Load()
+	var live int64
+	for _, t := range c.all() {
+		t.mu.Lock()
+		var err error
+		if t.state != Dead {
+			r := encodeRecord(t.id, t.toValue())
+			live += int64(len(r.Value)) + 64
+			err = c.append([]recordlog.Record{r})
+		}
+		t.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	if _, err := c.log.DeleteRecordsBefore(cut); err != nil {
+		return err
+	}
+	c.liveBytes.Store(live)
+	c.sinceCompact.Add(-start)
+	return nil
+}
+
+// Info describes one transactional id (DescribeTransactions,
+// ListTransactions).
+type Info struct {
+	ID         string
+	ProducerID int64
+	Epoch      int16
+	State      State
+	TimeoutMs  int32
+	StartMs    int64 // -1 if no transaction is open
+	Partitions []TP
+}
+
+// Describe returns id's state; ok is false for an unknown id.
+func (c *Coordinator) Describe(id string) (Info, bool) {
+	c.mu.Lock()
+	t := c.txns[id]
+	c.mu.Unlock()
+	if t == nil {
+		return Info{}, false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.state == Dead {
+		return Info{}, false
+	}
+	return t.infoLocked(), true
+}
+
+func (t *txn) infoLocked() Info {
+	in := Info{ID: t.id, ProducerID: t.producerID, Epoch: t.epoch, State: t.state, TimeoutMs: t.timeoutMs, StartMs: -1, Partitions: t.partitionList()}
+	if t.state == Ongoing || t.state == PrepareCommit || t.state == PrepareAbort {
+		in.StartMs = t.startMs
+	}
+	return in
+}
+
+// List returns every live transactional id's state, sorted by id.
+func (c *Coordinator) List() []Info {
+	var l []Info
+	for _, t := range c.all() {
+		t.mu.Lock()
+		if t.state != Dead {
+			l = append(l, t.infoLocked())
+		}
+		t.mu.Unlock()
+	}
+	return l
+}
+
+// ProducerTxn returns the transactional id of producer pid, for
+// DescribeProducers; ok is false if pid is not a transactional producer of
+// this coordinator.
+func (c *Coordinator) ProducerTxn(pid int64) (id string, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t := c.byPID[pid]; t != nil {
+		return t.id, true
+	}
+	return "", false
+}
+
+// snapshotFile is the mirror format: every live id's record.
+type snapshotFile struct {
+	Version int               `json:"version"`
+	Txns    map[string]*value `json:"transactions"`
+}
+
+// Snapshot returns the live state as a document Open accepts as a seed,
+// and the change count it reflects.
+func (c *Coordinator) Snapshot() ([]byte, uint64) {
+	n := c.changes.Load()
+	f := snapshotFile{Version: 1, Txns: map[string]*value{}}
+	for _, t := range c.all() {
+		t.mu.Lock()
+		if t.state != Dead {
+			f.Txns[t.id] = t.toValue()
+		}
+		t.mu.Unlock()
+	}
+	b, _ := json.Marshal(f)
+	return b, n
+}
+
+func parseSnapshot(b []byte) ([]recordlog.Record, error) {
+	var f snapshotFile
+	if err := json.Unmarshal(b, &f); err != nil || f.Version != 1 {
+		return nil, fmt.Errorf("txn: unreadable transaction snapshot: %v", err)
+	}
+	ids := make([]string, 0, len(f.Txns))
+	for id, v := range f.Txns {
+		if v == nil || v.ProducerID < 0 || v.Epoch < 0 || v.State < Empty || v.State >= Dead {
+			return nil, fmt.Errorf("txn: transaction snapshot: bad state of %q", id)
+		}
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	recs := make([]recordlog.Record, 0, len(ids))
+	for _, id := range ids {
+		recs = append(recs, encodeRecord(id, f.Txns[id]))
+	}
+	return recs, nil
+}
