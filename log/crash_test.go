@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/synapsebroker/synapse/log/internal/memfs"
+	"github.com/synapsebroker/synapse/internal/memfs"
 	"go.uber.org/zap"
 )
 

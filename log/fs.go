@@ -10,7 +10,7 @@ import (
 
 // FS is the slice of a file system the log engine uses. It exists because it
 // has several real implementations: the operating system (OSFS), a crashable
-// in-memory file system that keeps only what was synced (log/internal/memfs)
+// in-memory file system that keeps only what was synced (internal/memfs)
 // and fault injectors wrapping either.
 //
 // Directory entries are durable only after SyncDir on their parent: a file

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/synapsebroker/synapse/log/internal/memfs"
+	"github.com/synapsebroker/synapse/internal/memfs"
 	"github.com/synapsebroker/synapse/log/internal/testbatch"
 	"go.uber.org/zap"
 )

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/synapsebroker/synapse/log/internal/memfs"
+	"github.com/synapsebroker/synapse/internal/memfs"
 	"github.com/synapsebroker/synapse/log/internal/testbatch"
 )
 

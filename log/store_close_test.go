@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/synapsebroker/synapse/log/internal/memfs"
+	"github.com/synapsebroker/synapse/internal/memfs"
 )
 
 // slowSyncFS makes every fsync (file or directory) take a moment and

@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/synapsebroker/synapse/log/internal/memfs"
+	"github.com/synapsebroker/synapse/internal/memfs"
 )
 
 // syncfsMem is a memory file system with syncfs: SyncFS makes everything

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/synapsebroker/synapse/log/internal/memfs"
+	"github.com/synapsebroker/synapse/internal/memfs"
 )
 
 func TestDeleteLocalKeepsLogStart(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/synapsebroker/synapse/log/internal/memfs"
+	"github.com/synapsebroker/synapse/internal/memfs"
 	"github.com/synapsebroker/synapse/log/internal/testbatch"
 )
 
