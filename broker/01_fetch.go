@@ -244,7 +244,10 @@ func (s *Server) fetchOnce(c *conn, req *kmsg.FetchRequest) (*fetchResponse, int
 				if capBytes > 0 {
 					budget = min(budget, capBytes-coldBytes)
 				}
-				if later != nil || (capBytes > 0 && budget <= 0 && total > 0) {
+				if committed && rp.FetchOffset >= p.lastStable(p.log.HighWatermark()) {
+					// read_committed at the LSO: nothing to serve yet.
+					wait, err = nil, nil
+				} else if later != nil || (capBytes > 0 && budget <= 0 && total > 0) {
 					// Cold reads are ahead of the rate, or this response
 					// has its share of cold bytes: empty for now.
 					wait, err = later, nil

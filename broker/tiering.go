@@ -121,7 +121,7 @@ func (s *Server) tierPartitionWork(p *partition, now time.Time) (idle bool) {
 	set := s.reg.configsOf(p.topic)
 	keepBytes := s.localRetention(set, "local.retention.bytes", "retention.bytes")
 	keepMs := s.localRetention(set, "local.retention.ms", "retention.ms")
-	if released, err := t.ReleaseLocal(ctx, pk, p.log, keepBytes, keepMs, now); err != nil {
+	if released, err := t.ReleaseLocalBelow(ctx, pk, p.log, keepBytes, keepMs, now, p.lastStable(p.log.HighWatermark())); err != nil {
 		warn("release local segments", err)
 		idle = false
 	} else if released > 0 {

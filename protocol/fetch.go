@@ -63,7 +63,7 @@ func AppendFetchResponse(dst []byte, correlationID int32, resp *kmsg.FetchRespon
 		dst = appendArrayLen(dst, len(t.Partitions), flex)
 		for pi := range t.Partitions {
 			p := &t.Partitions[pi]
-			if len(p.AbortedTransactions) > 0 || p.DivergingEpoch.Epoch != -1 || p.DivergingEpoch.EndOffset != -1 ||
+			if p.DivergingEpoch.Epoch != -1 || p.DivergingEpoch.EndOffset != -1 ||
 				p.CurrentLeader.LeaderID != -1 || p.CurrentLeader.LeaderEpoch != -1 ||
 				p.SnapshotID.EndOffset != -1 || p.SnapshotID.Epoch != -1 || p.UnknownTags.Len() > 0 {
 				return dst[:start], nil, fmt.Errorf("protocol: fetch encoder: partition sets fields it does not encode")
@@ -75,10 +75,23 @@ func AppendFetchResponse(dst []byte, correlationID int32, resp *kmsg.FetchRespon
 			if v >= 5 {
 				dst = kbin.AppendInt64(dst, p.LogStartOffset)
 			}
-			// Aborted transactions: null.
-			if flex {
+			// Aborted transactions (read_committed): null when none.
+			switch {
+			case len(p.AbortedTransactions) > 0:
+				dst = appendArrayLen(dst, len(p.AbortedTransactions), flex)
+				for _, a := range p.AbortedTransactions {
+					if a.UnknownTags.Len() > 0 {
+						return dst[:start], nil, fmt.Errorf("protocol: fetch encoder: aborted transaction tags")
+					}
+					dst = kbin.AppendInt64(dst, a.ProducerID)
+					dst = kbin.AppendInt64(dst, a.FirstOffset)
+					if flex {
+						dst = append(dst, 0) // no tags
+					}
+				}
+			case flex:
 				dst = kbin.AppendUvarint(dst, 0)
-			} else {
+			default:
 				dst = kbin.AppendInt32(dst, -1)
 			}
 			if v >= 11 {

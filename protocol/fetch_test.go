@@ -60,6 +60,11 @@ func randomFetchResponse(rng *rand.Rand, v int16) *kmsg.FetchResponse {
 			p.ErrorCode = int16(rng.IntN(2))
 			p.HighWatermark, p.LastStableOffset, p.LogStartOffset = rng.Int64N(1e6), rng.Int64N(1e6), rng.Int64N(1e3)
 			p.PreferredReadReplica = -1
+			for k := rng.IntN(4) - 1; k > 0; k-- { // read_committed: aborted transactions
+				a := kmsg.NewFetchResponseTopicPartitionAbortedTransaction()
+				a.ProducerID, a.FirstOffset = rng.Int64N(1e6), rng.Int64N(1e6)
+				p.AbortedTransactions = append(p.AbortedTransactions, a)
+			}
 			switch rng.IntN(3) {
 			case 0: // null
 			case 1:

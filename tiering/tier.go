@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -360,6 +361,15 @@ type crc32cBody struct {
 // and keepMs of age by max timestamp (< 0: no age bound). With both bounds
 // off nothing is released. It returns the number of local segments deleted.
 func (t *Tier) ReleaseLocal(ctx context.Context, pk PartitionKey, lp *log.Partition, keepBytes, keepMs int64, now time.Time) (int, error) {
+	return t.ReleaseLocalBelow(ctx, pk, lp, keepBytes, keepMs, now, math.MaxInt64)
+}
+
+// ReleaseLocalBelow is ReleaseLocal releasing only segments that end at or
+// below stable: the broker passes the partition's last stable offset, so
+// records of an open transaction stay local, where a read_committed fetch
+// is bounded at the LSO (a cold read returns whole cached batches, past
+// any bound).
+func (t *Tier) ReleaseLocalBelow(ctx context.Context, pk PartitionKey, lp *log.Partition, keepBytes, keepMs int64, now time.Time, stable int64) (int, error) {
 	if keepBytes < 0 && keepMs < 0 {
 		return 0, nil
 	}
@@ -376,6 +386,9 @@ func (t *Tier) ReleaseLocal(ctx context.Context, pk PartitionKey, lp *log.Partit
 	for _, s := range sealed {
 		if !m.Releasable(s, lp.LogStartOffset()) || !t.txnIndexUploaded(m, s, lp) {
 			break // not in the bucket yet (or its aborted transactions are not): never released
+		}
+		if s.Next > stable {
+			break // holds records of an open transaction
 		}
 		overBytes := keepBytes >= 0 && local > keepBytes
 		tooOld := keepMs >= 0 && s.MaxTimestamp >= 0 && now.UnixMilli()-s.MaxTimestamp > keepMs
