@@ -446,6 +446,9 @@ func (s *Server) maintain() {
 					break pass // stopping: the final offload takes over
 				}
 				p.expireProducers(now.UnixMilli(), s.cfg.ProducerIDExpiration)
+				if p.firstOpen.Load() != 0 && s.txns != nil {
+					s.abortOrphans(p, now, s.cfg.TransactionMaxTimeout)
+				}
 				if _, err := p.log.Maintain(now); err != nil && !errors.Is(err, log.ErrClosed) {
 					// An offline partition fails every pass: counted, not
 					// logged each time.

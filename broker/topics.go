@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
@@ -67,6 +68,9 @@ type partition struct {
 	// plus one (0: none), read without the lock by fetches.
 	txnOpen   map[int64]int64
 	firstOpen atomic.Int64
+	// orphanSince: when the maintenance loop first found an open
+	// transaction here that no coordinator state holds (abortOrphans).
+	orphanSince map[int64]time.Time
 	// mirrorDue: the bucket's copy of the producer state is behind what
 	// was uploaded (with tiering).
 	mirrorDue atomic.Bool

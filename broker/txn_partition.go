@@ -4,10 +4,13 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"math"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
 
 	"github.com/synapsebroker/synapse/log"
+	"github.com/synapsebroker/synapse/txn"
 )
 
 // Transactions on a partition: which producers have a transaction open
@@ -243,4 +246,51 @@ func (s *Server) coldAborted(p *partition, from, upper int64) ([]kmsg.FetchRespo
 		return nil, nil, nil
 	}
 	return abortedList(abortedList(nil, remote), local), nil, nil
+}
+
+// abortOrphans aborts transactions open on p that the coordinator does
+// not hold (Holds), once they have stayed so for grace: nothing else would
+// ever end them, and the partition's LSO would stay behind them for ever.
+// Kafka calls these hanging transactions. It is called by the maintenance
+// loop only for partitions with a transaction open.
+func (s *Server) abortOrphans(p *partition, now time.Time, grace time.Duration) {
+	p.mu.Lock()
+	var suspects []int64
+	for pid := range p.txnOpen {
+		suspects = append(suspects, pid)
+	}
+	p.mu.Unlock()
+	tp := txn.TP{Topic: p.topic.name, Partition: p.index}
+	for _, pid := range suspects {
+		if s.txns.Holds(pid, tp) {
+			p.mu.Lock()
+			delete(p.orphanSince, pid)
+			p.mu.Unlock()
+			continue
+		}
+		p.mu.Lock()
+		since, seen := p.orphanSince[pid]
+		if !seen {
+			if p.orphanSince == nil {
+				p.orphanSince = map[int64]time.Time{}
+			}
+			p.orphanSince[pid] = now
+		}
+		epoch := int16(0)
+		if st := p.producers[pid]; st != nil {
+			epoch = st.Epoch
+		}
+		p.mu.Unlock()
+		if !seen || now.Sub(since) < grace {
+			continue
+		}
+		s.logger.Warn("abort a transaction no coordinator state holds (hanging)", zap.String("topic", tp.Topic), zap.Int32("partition", tp.Partition), zap.Int64("producer_id", pid))
+		if _, err := p.writeMarker(pid, epoch, false, now.UnixMilli(), s.meta.m.LeaderEpoch); err != nil {
+			s.repeat.Warn("abort a hanging transaction", zap.String("topic", tp.Topic), zap.Int32("partition", tp.Partition), zap.Error(err))
+			continue
+		}
+		p.mu.Lock()
+		delete(p.orphanSince, pid)
+		p.mu.Unlock()
+	}
 }

@@ -254,7 +254,7 @@ func (c *Coordinator) lock(id string, create bool) *txn {
 				c.mu.Unlock()
 				return nil
 			}
-			t = &txn{id: id, producerID: -1, epoch: -1, lastProducerID: -1, lastEpoch: -1, state: Dead}
+			t = &txn{id: id, meta: meta{producerID: -1, epoch: -1, lastProducerID: -1, lastEpoch: -1, state: Dead}}
 			c.txns[id] = t
 		}
 		c.mu.Unlock()
@@ -344,7 +344,7 @@ func (c *Coordinator) InitProducerID(id string, timeoutMs int32, reqPID int64, r
 			return -1, -1, kerr.ProducerFenced
 		}
 	}
-	prev := *t
+	prev := t.meta
 	prevParts, prevGroups := t.partitions, t.groups
 	if t.state == Ongoing {
 		// The older producer's transaction is aborted with the epoch
@@ -361,7 +361,7 @@ func (c *Coordinator) InitProducerID(id string, timeoutMs int32, reqPID int64, r
 	}
 	t.state, t.timeoutMs, t.partitions, t.groups, t.startMs = Empty, timeoutMs, map[TP]struct{}{}, nil, 0
 	if err := c.persistLocked(t); err != nil {
-		c.restoreLocked(t, &prev, prevParts, prevGroups)
+		c.restoreLocked(t, prev, prevParts, prevGroups)
 		return -1, -1, kerr.CoordinatorNotAvailable
 	}
 	return t.producerID, t.epoch, nil
@@ -369,7 +369,7 @@ func (c *Coordinator) InitProducerID(id string, timeoutMs int32, reqPID int64, r
 
 // restoreLocked puts t back as it was before a change that could not be
 // made durable.
-func (c *Coordinator) restoreLocked(t, prev *txn, parts map[TP]struct{}, groups map[string]map[TP]Offset) {
+func (c *Coordinator) restoreLocked(t *txn, prev meta, parts map[TP]struct{}, groups map[string]map[TP]Offset) {
 	pid := prev.producerID
 	t.epoch, t.lastProducerID, t.lastEpoch = prev.epoch, prev.lastProducerID, prev.lastEpoch
 	t.timeoutMs, t.state, t.startMs, t.updateMs = prev.timeoutMs, prev.state, prev.startMs, prev.updateMs
@@ -496,7 +496,7 @@ func (c *Coordinator) AddPartitions(id string, pid int64, epoch int16, parts []T
 			return codes, nil // nothing new: no write
 		}
 	}
-	prev := *t
+	prev := t.meta
 	prevParts := make(map[TP]struct{}, len(t.partitions))
 	for p := range t.partitions {
 		prevParts[p] = struct{}{}
@@ -509,7 +509,7 @@ func (c *Coordinator) AddPartitions(id string, pid int64, epoch int16, parts []T
 		t.partitions[p] = struct{}{}
 	}
 	if err := c.persistLocked(t); err != nil {
-		c.restoreLocked(t, &prev, prevParts, prevGroups)
+		c.restoreLocked(t, prev, prevParts, prevGroups)
 		return nil, kerr.CoordinatorNotAvailable
 	}
 	return codes, nil
@@ -527,7 +527,7 @@ func (c *Coordinator) AddOffsets(id string, pid int64, epoch int16, group string
 	if t.state == Ongoing && t.groups[group] != nil {
 		return nil
 	}
-	prev := *t
+	prev := t.meta
 	prevParts, prevGroups := t.partitions, t.groups
 	if e := c.beginLocked(t); e != nil {
 		return e
@@ -539,7 +539,7 @@ func (c *Coordinator) AddOffsets(id string, pid int64, epoch int16, group string
 	groups[group] = map[TP]Offset{}
 	t.groups = groups
 	if err := c.persistLocked(t); err != nil {
-		c.restoreLocked(t, &prev, prevParts, prevGroups)
+		c.restoreLocked(t, prev, prevParts, prevGroups)
 		return kerr.CoordinatorNotAvailable
 	}
 	return nil
@@ -647,7 +647,7 @@ func (c *Coordinator) EndTxn(id string, pid int64, epoch int16, commit, bump boo
 // completeLocked. With bump the epoch is bumped with the decision, so the
 // markers carry the new epoch and fence the old one. t.mu held.
 func (c *Coordinator) endLocked(t *txn, commit, bump bool) error {
-	prev := *t
+	prev := t.meta
 	prevParts, prevGroups := t.partitions, t.groups
 	if bump {
 		t.lastProducerID, t.lastEpoch = t.producerID, t.epoch
@@ -664,7 +664,7 @@ func (c *Coordinator) endLocked(t *txn, commit, bump bool) error {
 		t.state = PrepareCommit
 	}
 	if err := c.persistLocked(t); err != nil {
-		c.restoreLocked(t, &prev, prevParts, prevGroups)
+		c.restoreLocked(t, prev, prevParts, prevGroups)
 		return err
 	}
 	return c.completeLocked(t)
@@ -923,4 +923,24 @@ func parseSnapshot(b []byte) ([]recordlog.Record, error) {
 		recs = append(recs, encodeRecord(id, f.Txns[id]))
 	}
 	return recs, nil
+}
+
+// Holds reports whether partition p is in an open (or ending) transaction
+// of producer pid. The broker uses it to find transactions a partition
+// holds open that no coordinator state explains any more (a restore from
+// older copies in the bucket), which would hold its LSO for ever.
+func (c *Coordinator) Holds(pid int64, p TP) bool {
+	c.mu.Lock()
+	t := c.byPID[pid]
+	c.mu.Unlock()
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.producerID != pid || (t.state != Ongoing && t.state != PrepareCommit && t.state != PrepareAbort) {
+		return false
+	}
+	_, ok := t.partitions[p]
+	return ok
 }

@@ -82,7 +82,13 @@ type txn struct {
 	id string
 	// mu guards the fields below. Lock order: txn.mu before any
 	// partition's lock (markers and transactional appends run under it).
-	mu             sync.Mutex
+	mu sync.Mutex
+	meta
+}
+
+// meta is a transactional id's state (a copy is the state to go back to
+// when a change cannot be made durable).
+type meta struct {
 	producerID     int64
 	epoch          int16
 	lastProducerID int64
