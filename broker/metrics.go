@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/synapsebroker/synapse/txn"
 )
 
 // Collector exposes the broker's figures to Prometheus; values are read at
@@ -30,6 +32,7 @@ var (
 	descBackoffs    = prometheus.NewDesc("synapse_tier_cold_backoffs_total", "Times the tail guard lowered the cold-read rate.", nil, nil)
 	descGroups      = prometheus.NewDesc("synapse_groups", "Consumer groups by state.", []string{"state"}, nil)
 	descMembers     = prometheus.NewDesc("synapse_group_members", "Members of all consumer groups.", nil, nil)
+	descTxns        = prometheus.NewDesc("synapse_transactional_ids", "Transactional ids by the state of their transaction.", []string{"state"}, nil)
 	descAuthOK      = prometheus.NewDesc("synapse_sasl_authentications_total", "Successful SASL authentications, by mechanism.", []string{"mechanism"}, nil)
 	descAuthFailed  = prometheus.NewDesc("synapse_sasl_authentication_failures_total", "Failed SASL authentications, by mechanism.", []string{"mechanism"}, nil)
 	descDenied      = prometheus.NewDesc("synapse_acl_denied_total", "Resources of requests refused by ACLs.", nil, nil)
@@ -45,7 +48,7 @@ var (
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConns, descPartitions, descLocalBytes, descUpBytes, descUpSegs,
 		descDownBytes, descCacheHits, descCacheMisses, descTierErrors, descLagBytes, descLagSegs, descColdRate, descTailLate, descBackoffs,
-		descGroups, descMembers, descAuthOK, descAuthFailed, descDenied, descFDBudget, descFDUsed, descFDRefused, descFDKernel,
+		descGroups, descMembers, descTxns, descAuthOK, descAuthFailed, descDenied, descFDBudget, descFDUsed, descFDRefused, descFDKernel,
 		descSessions, descSessParts, descSessEvicts} {
 		ch <- d
 	}
@@ -76,6 +79,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descGroups, prometheus.GaugeValue, float64(byState[st]), st)
 	}
 	gauge(descMembers, float64(members))
+	if s.txns != nil {
+		byTxn := s.txns.Stats()
+		for st := txn.Empty; st < txn.Dead; st++ {
+			ch <- prometheus.MustNewConstMetric(descTxns, prometheus.GaugeValue, float64(byTxn[st]), st.String())
+		}
+	}
 	for _, m := range saslMechanisms {
 		ch <- prometheus.MustNewConstMetric(descAuthOK, prometheus.CounterValue, float64(s.sec.authOK[m].Load()), m)
 		ch <- prometheus.MustNewConstMetric(descAuthFailed, prometheus.CounterValue, float64(s.sec.authFailed[m].Load()), m)

@@ -944,3 +944,14 @@ func (c *Coordinator) Holds(pid int64, p TP) bool {
 	_, ok := t.partitions[p]
 	return ok
 }
+
+// Stats counts transactional ids by state (metrics).
+func (c *Coordinator) Stats() map[State]int {
+	out := map[State]int{}
+	for _, t := range c.all() {
+		t.mu.Lock()
+		out[t.state]++
+		t.mu.Unlock()
+	}
+	return out
+}
