@@ -350,7 +350,7 @@ func (c *Coordinator) InitProducerID(id string, timeoutMs int32, reqPID int64, r
 		// The older producer's transaction is aborted with the epoch
 		// bumped: its markers fence it, and the new producer starts at
 		// the bumped epoch.
-		if err := c.endLocked(t, false, true); err != nil {
+		if err := c.endLocked(t, false, true, true); err != nil {
 			return -1, -1, kerr.ConcurrentTransactions
 		}
 	} else {
@@ -617,7 +617,7 @@ func (c *Coordinator) EndTxn(id string, pid int64, epoch int16, commit, bump boo
 	}
 	switch t.state {
 	case Ongoing:
-		if err := c.endLocked(t, commit, bump); err != nil {
+		if err := c.endLocked(t, commit, bump, false); err != nil {
 			c.cfg.Logger.Warn("end transaction (the decision is durable; retried by maintenance)", zap.String("transactional_id", id), zap.Error(err))
 			return -1, -1, kerr.CoordinatorNotAvailable
 		}
@@ -645,12 +645,18 @@ func (c *Coordinator) EndTxn(id string, pid int64, epoch int16, commit, bump boo
 
 // endLocked ends t's open transaction: the decision (Prepare) durable, then
 // completeLocked. With bump the epoch is bumped with the decision, so the
-// markers carry the new epoch and fence the old one. t.mu held.
-func (c *Coordinator) endLocked(t *txn, commit, bump bool) error {
+// markers carry the new epoch and fence the old one. A fence (a timeout, or
+// a new producer's InitProducerId) keeps no last epoch, as Kafka's
+// prepareFenceProducerEpoch: the fenced producer's retries are never taken
+// for the new one's. t.mu held.
+func (c *Coordinator) endLocked(t *txn, commit, bump, fence bool) error {
 	prev := t.meta
 	prevParts, prevGroups := t.partitions, t.groups
 	if bump {
 		t.lastProducerID, t.lastEpoch = t.producerID, t.epoch
+		if fence {
+			t.lastEpoch = -1
+		}
 		if t.epoch < math.MaxInt16-1 {
 			t.epoch++
 		} else {
@@ -761,7 +767,7 @@ func (c *Coordinator) Maintain(now time.Time) {
 		case Ongoing:
 			if nowMs-t.startMs > int64(t.timeoutMs) {
 				c.cfg.Logger.Info("abort a transaction open past its timeout", zap.String("transactional_id", t.id), zap.Int32("timeout_ms", t.timeoutMs))
-				if err := c.endLocked(t, false, true); err != nil {
+				if err := c.endLocked(t, false, true, true); err != nil {
 					c.cfg.Logger.Warn("abort a timed-out transaction", zap.String("transactional_id", t.id), zap.Error(err))
 				}
 			}

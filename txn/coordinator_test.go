@@ -149,6 +149,9 @@ func TestInitProducerIDBumpsAndFences(t *testing.T) {
 	if epoch3 != epoch2+1 || len(f.markers) != 1 || f.markers[0] != markerString(pid, epoch3, false, TP{"t", 0}) {
 		t.Fatalf("fencing init: %d/%d, markers %v", pid3, epoch3, f.markers)
 	}
+	if _, _, err := e.c.InitProducerID("a", 60000, pid, epoch2); err != kerr.ProducerFenced {
+		t.Fatalf("the fenced producer's init: %v, want PRODUCER_FENCED (not taken for a retry)", err)
+	}
 	if err := e.c.Produce(pid, epoch2, TP{"t", 0}, func() error { return nil }); !errors.Is(err, ErrFenced) {
 		t.Fatalf("produce at the fenced epoch: %v", err)
 	}
