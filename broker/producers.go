@@ -136,8 +136,14 @@ func (p *partition) expireProducers(nowMs int64, expiration time.Duration) {
 
 // loadProducers rebuilds producer state: snapshot, then the log after it.
 func (p *partition) loadProducers() error {
-	from := p.log.LogStartOffset()
 	b, err := os.ReadFile(filepath.Join(p.log.Dir(), producersFile))
+	return p.loadProducersFrom(b, err)
+}
+
+// loadProducersFrom is loadProducers given the snapshot file's bytes (err
+// set: none was read).
+func (p *partition) loadProducersFrom(b []byte, err error) error {
+	from := p.log.LogStartOffset()
 	if err == nil {
 		var snap producerSnapshot
 		if json.Unmarshal(b, &snap) == nil && snap.Version == 1 && snap.LogEnd <= p.log.LogEndOffset() && snap.Producers != nil {

@@ -98,18 +98,10 @@ func (s *Server) txnConfig() txn.Config {
 		NextProducerID: s.meta.nextProducerID,
 		WriteMarkers:   s.writeMarkers,
 		CommitOffsets: func(g string, offs []txn.Offset) error {
-			l := make([]group.TxnOffset, len(offs))
-			for i, o := range offs {
-				l[i] = group.TxnOffset{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, LeaderEpoch: o.LeaderEpoch, Metadata: o.Metadata}
-			}
-			return s.groups.CommitTxnOffsets(g, l)
+			return commitTxnOffsets(s.groups, g, offs)
 		},
 		Pending: func(g string, pid int64, parts []txn.TP, pending bool) {
-			l := make([]group.TxnPartition, len(parts))
-			for i, p := range parts {
-				l[i] = group.TxnPartition{Topic: p.Topic, Partition: p.Partition}
-			}
-			s.groups.SetPending(g, pid, l, pending)
+			setTxnPending(s.groups, g, pid, parts, pending)
 		},
 		PartitionExists: func(topic string, p int32) bool {
 			t := s.reg.get(topic)
@@ -118,11 +110,46 @@ func (s *Server) txnConfig() txn.Config {
 	}
 }
 
+// commitTxnOffsets is Config.CommitOffsets: a committed transaction's
+// offsets into the group log.
+func commitTxnOffsets(groups *group.Coordinator, g string, offs []txn.Offset) error {
+	l := make([]group.TxnOffset, len(offs))
+	for i, o := range offs {
+		l[i] = group.TxnOffset{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, LeaderEpoch: o.LeaderEpoch, Metadata: o.Metadata}
+	}
+	return groups.CommitTxnOffsets(g, l)
+}
+
+// setTxnPending is Config.Pending: the group coordinator told about
+// offsets waiting for a transaction's end.
+func setTxnPending(groups *group.Coordinator, g string, pid int64, parts []txn.TP, pending bool) {
+	l := make([]group.TxnPartition, len(parts))
+	for i, p := range parts {
+		l[i] = group.TxnPartition{Topic: p.Topic, Partition: p.Partition}
+	}
+	groups.SetPending(g, pid, l, pending)
+}
+
 // writeMarkers appends producer pid's markers to parts (where it has a
-// transaction open) and waits until they are durable: every partition's
-// marker is appended first, so they share group-commit rounds.
+// transaction open) and waits until they are durable.
 func (s *Server) writeMarkers(pid int64, epoch int16, commit bool, parts []txn.TP) error {
-	now := s.cfg.Now().UnixMilli()
+	return writeMarkers(s.txnPartition, s.cfg.Now().UnixMilli(), s.meta.m.LeaderEpoch, pid, epoch, commit, parts)
+}
+
+// txnPartition returns the partition tp names; nil if it does not exist.
+func (s *Server) txnPartition(tp txn.TP) *partition {
+	t := s.reg.get(tp.Topic)
+	if t == nil {
+		return nil
+	}
+	return s.reg.partition(t, tp.Partition)
+}
+
+// writeMarkers appends producer pid's markers to parts (those lookup
+// finds, where pid has a transaction open) and waits until they are
+// durable: every partition's marker is appended first, so they share
+// group-commit rounds.
+func writeMarkers(lookup func(txn.TP) *partition, nowMs int64, leaderEpoch int32, pid int64, epoch int16, commit bool, parts []txn.TP) error {
 	type wait struct {
 		p    *partition
 		next int64
@@ -130,15 +157,11 @@ func (s *Server) writeMarkers(pid int64, epoch int16, commit bool, parts []txn.T
 	waits := make([]wait, len(parts))
 	errs := make([]error, len(parts))
 	parallel.Each(min(len(parts), 8), len(parts), func(i int) {
-		t := s.reg.get(parts[i].Topic)
-		if t == nil {
+		p := lookup(parts[i])
+		if p == nil {
 			return // deleted: nothing of it is read any more
 		}
-		p := s.reg.partition(t, parts[i].Partition)
-		if p == nil {
-			return
-		}
-		next, err := p.writeMarker(pid, epoch, commit, now, s.meta.m.LeaderEpoch)
+		next, err := p.writeMarker(pid, epoch, commit, nowMs, leaderEpoch)
 		waits[i], errs[i] = wait{p, next}, err
 	})
 	for i, w := range waits {

@@ -44,8 +44,8 @@ func (b *closeBatch) add(name string, data []byte, owner *Partition) {
 // clean-close record is recovered by a scan at the next open, as after any
 // crash). If a syncfs fails nothing is renamed and the error is returned:
 // the next start recovers every partition. Elsewhere (no syncfs) it closes
-// each partition with Close and writes each file with WriteFileAtomic, 32
-// at once.
+// each partition with Close, then (if every close succeeded) writes each
+// file with WriteFileAtomic, 32 at once.
 func (s *Store) CloseBatch(ps []*Partition, files map[string][]byte) error {
 	same := s.fss != nil && len(ps) > 0
 	for _, p := range ps {
@@ -65,21 +65,29 @@ func (s *Store) CloseBatch(ps []*Partition, files map[string][]byte) error {
 		}
 	}
 	if !same {
+		// The partitions first, then the files: a file may vouch for
+		// a partition's state (a producer snapshot: the aborted
+		// transactions below its end are not rebuilt at open), so it is
+		// written only once every partition is closed, its .txnindex
+		// files fsync'd; after a failed close, none is.
+		errs := make([]error, len(ps))
+		parallel.Each(closeParallelism, len(ps), func(i int) {
+			if err := ps[i].Close(); err != nil && !errors.Is(err, ErrClosed) {
+				errs[i] = err
+			}
+		})
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
 		var names []string
 		for n := range files {
 			names = append(names, n)
 		}
-		errs := make([]error, len(ps)+len(names))
-		parallel.Each(closeParallelism, len(ps)+len(names), func(i int) {
-			if i < len(ps) {
-				if err := ps[i].Close(); err != nil && !errors.Is(err, ErrClosed) {
-					errs[i] = err
-				}
-				return
-			}
-			errs[i] = WriteFileAtomic(s.fs, names[i-len(ps)], files[names[i-len(ps)]])
+		werrs := make([]error, len(names))
+		parallel.Each(closeParallelism, len(names), func(i int) {
+			werrs[i] = WriteFileAtomic(s.fs, names[i], files[names[i]])
 		})
-		return errors.Join(errs...)
+		return errors.Join(werrs...)
 	}
 	b := &closeBatch{}
 	for n, data := range files {
