@@ -150,7 +150,7 @@ func (p *partition) loadProducersFrom(b []byte, err error) error {
 			p.producers = snap.Producers
 			from = max(snap.LogEnd, from)
 			for pid, first := range snap.Open {
-				if first >= p.log.LogStartOffset() && first < snap.LogEnd {
+				if first >= 0 && first < snap.LogEnd { // even below the log start: the transaction is still open
 					p.openTxnLocked(pid, first)
 				}
 			}
