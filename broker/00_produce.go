@@ -95,7 +95,7 @@ func (s *Server) handleProduce(c *conn, req *kmsg.ProduceRequest) (kmsg.Response
 					sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 					break
 				}
-				next, err := s.produceTo(p, rp.Records, &sp, req.TransactionID != nil)
+				next, err := s.produceTo(p, rp.Records, &sp, req.TransactionID)
 				if err != nil {
 					sp.ErrorCode = s.produceErrorCode(err)
 					sp.ErrorMessage = kmsg.StringPtr(err.Error())
@@ -174,7 +174,7 @@ func (s *Server) produceErrorCode(err error) int16 {
 // produceTo appends one partition's batch and fills the response; it
 // returns the offset to wait for (acks=-1), or 0 if there is nothing to wait
 // for (a duplicate that is already durable is still waited on: cheap).
-func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceResponseTopicPartition, hasTxnID bool) (int64, error) {
+func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceResponseTopicPartition, txnID *string) (int64, error) {
 	if len(records) == 0 {
 		return 0, errNoRecords
 	}
@@ -188,7 +188,7 @@ func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceRespons
 	switch {
 	case h.Control():
 		return 0, errControl
-	case h.Transactional() && (!hasTxnID || h.ProducerID < 0):
+	case h.Transactional() && (txnID == nil || h.ProducerID < 0):
 		return 0, errNoTxnID
 	}
 	st := s.reg.stampsOf(p.topic)
@@ -209,7 +209,7 @@ func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceRespons
 	log.PatchLeaderEpoch(records, s.meta.m.LeaderEpoch)
 	if h.Transactional() {
 		var next int64
-		err := s.txns.Produce(h.ProducerID, h.ProducerEpoch, txn.TP{Topic: p.topic.name, Partition: p.index}, func() error {
+		err := s.txns.Produce(*txnID, h.ProducerID, h.ProducerEpoch, txn.TP{Topic: p.topic.name, Partition: p.index}, func() error {
 			var err error
 			next, err = p.appendIdempotent(records, &h, sp, s.cfg.Now().UnixMilli())
 			return err
@@ -248,13 +248,26 @@ func (p *partition) appendIdempotent(records []byte, h *log.BatchHeader, sp *kms
 		sp.LogStartOffset = p.log.LogStartOffset()
 		return dup + int64(h.LastOffsetDelta) + 1, nil
 	}
+	_, open := p.txnOpen[h.ProducerID]
+	begins := h.Transactional() && !open
+	if begins {
+		// The transaction holds the LSO back from before its first batch
+		// is visible: provisionally at the log end (at or below where
+		// the batch lands), then at its base offset.
+		p.openTxnLocked(h.ProducerID, p.log.LogEndOffset())
+	}
 	res, err := p.log.Append(records)
 	if err != nil {
+		if begins {
+			delete(p.txnOpen, h.ProducerID)
+			p.setFirstOpenLocked()
+		}
 		return 0, err
 	}
 	p.recordSequence(&res.Header, nowMs)
-	if h.Transactional() {
-		p.openTxnLocked(h.ProducerID, res.BaseOffset)
+	if begins {
+		p.txnOpen[h.ProducerID] = res.BaseOffset
+		p.setFirstOpenLocked()
 	}
 	sp.BaseOffset = res.BaseOffset
 	sp.LogStartOffset = res.LogStartOffset

@@ -252,7 +252,7 @@ func (s *Server) fetchOnce(c *conn, req *kmsg.FetchRequest) (*fetchResponse, int
 					// has its share of cold bytes: empty for now.
 					wait, err = later, nil
 				} else {
-					b, wait, err = s.coldRead(p, rp.FetchOffset, max(budget, 1))
+					b, wait, err = s.coldRead(p, rp.FetchOffset, max(budget, 1), stop)
 				}
 				if err == nil {
 					tails[len(tails)-1] = nil

@@ -125,6 +125,9 @@ func (p *partition) expireProducers(nowMs int64, expiration time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for id, st := range p.producers {
+		if _, open := p.txnOpen[id]; open {
+			continue // a transaction open here: kept (DescribeProducers shows it)
+		}
 		switch {
 		case st.LastMs == 0:
 			st.LastMs = nowMs
@@ -164,6 +167,44 @@ func (p *partition) saveProducers() {
 	if path, b, ok := p.producersFile(); ok {
 		log.WriteFileAtomic(log.OSFS, path, b)
 	}
+}
+
+// saveProducersDurable writes a snapshot that covers the whole log as it is
+// now: the log end durable, the aborted indexes synced, then the snapshot
+// (atomic), all under p.mu so no append or marker slips in between. The
+// tiering step calls it before releasing local segments of a partition that
+// has had transactions: a replay after a crash then starts at or above the
+// new local start, never below it, where the open transactions of released
+// segments could not be seen.
+func (p *partition) saveProducersDurable() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	leo := p.log.LogEndOffset()
+	if err := p.log.WaitDurable(leo); err != nil {
+		return err
+	}
+	if err := p.log.SyncAborted(); err != nil {
+		return err
+	}
+	b, err := json.Marshal(producerSnapshot{Version: 1, LogEnd: leo, Producers: p.producers, Open: p.txnOpen})
+	if err != nil {
+		return err
+	}
+	return log.WriteFileAtomic(log.OSFS, filepath.Join(p.log.Dir(), producersFile), b)
+}
+
+// beforeRelease runs before local segments of p are released to the
+// bucket: with transactions since the last such snapshot, a durable
+// snapshot first (saveProducersDurable).
+func (p *partition) beforeRelease() error {
+	if !p.txnSeen.Load() {
+		return nil
+	}
+	if err := p.saveProducersDurable(); err != nil {
+		return err
+	}
+	p.txnSeen.Store(false)
+	return nil
 }
 
 // producersFile returns the producer-state snapshot to write at close and

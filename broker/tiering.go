@@ -121,7 +121,7 @@ func (s *Server) tierPartitionWork(p *partition, now time.Time) (idle bool) {
 	set := s.reg.configsOf(p.topic)
 	keepBytes := s.localRetention(set, "local.retention.bytes", "retention.bytes")
 	keepMs := s.localRetention(set, "local.retention.ms", "retention.ms")
-	if released, err := t.ReleaseLocalBelow(ctx, pk, p.log, keepBytes, keepMs, now, p.lastStable(p.log.HighWatermark())); err != nil {
+	if released, err := t.ReleaseLocalBelow(ctx, pk, p.log, keepBytes, keepMs, now, p.lastStable(p.log.HighWatermark()), p.beforeRelease); err != nil {
 		warn("release local segments", err)
 		idle = false
 	} else if released > 0 {
@@ -212,9 +212,10 @@ func (s *Server) releaseOverBudget(excess int64) int64 {
 				continue
 			}
 			ts := int64(math.MinInt64)
+			stable := p.lastStable(p.log.HighWatermark())
 			for _, sg := range p.log.SealedSegments() {
-				if !m.Releasable(sg, p.log.LogStartOffset()) {
-					break // not in the bucket yet
+				if !s.cfg.Tier.SafeToRelease(m, sg, p.log) || sg.Next > stable {
+					break // not (all) in the bucket yet, or holds an open transaction
 				}
 				ts = max(ts, sg.MaxTimestamp)
 				cands = append(cands, candidate{p, sg.Next, sg.Size, ts})
@@ -233,6 +234,10 @@ func (s *Server) releaseOverBudget(excess int64) int64 {
 	}
 	freed = 0
 	for p, off := range cut {
+		if err := p.beforeRelease(); err != nil {
+			s.repeat.Warn("release local segments over the disk budget", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
+			continue
+		}
 		before := p.log.LocalBytes()
 		if _, err := p.log.DeleteLocalBefore(off); err != nil {
 			s.repeat.Warn("release local segments over the disk budget", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
@@ -257,10 +262,18 @@ func (s *Server) localRetention(set map[string]string, local, whole string) int6
 // stalling on it: cached chunks are served at once; otherwise the download
 // starts and wait (closed when it lands) joins the fetch's long-poll
 // wake-ups, so the other partitions of the fetch are answered meanwhile.
-func (s *Server) coldRead(p *partition, offset, maxBytes int64) (*tiering.ColdRead, <-chan struct{}, error) {
+func (s *Server) coldRead(p *partition, offset, maxBytes, stop int64) (*tiering.ColdRead, <-chan struct{}, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
-	r, wait, err := s.cfg.Tier.ReadNoWait(ctx, p.tierKey(), offset, maxBytes)
+	var r *tiering.ColdRead
+	var wait <-chan struct{}
+	var err error
+	if stop < math.MaxInt64 {
+		// read_committed: no segment past the last stable offset.
+		r, wait, err = s.cfg.Tier.ReadNoWaitStable(ctx, p.tierKey(), offset, maxBytes, stop)
+	} else {
+		r, wait, err = s.cfg.Tier.ReadNoWait(ctx, p.tierKey(), offset, maxBytes)
+	}
 	if errors.Is(err, tiering.ErrOffsetNotTiered) {
 		return nil, nil, log.ErrOffsetOutOfRange
 	}

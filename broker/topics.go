@@ -68,6 +68,9 @@ type partition struct {
 	// plus one (0: none), read without the lock by fetches.
 	txnOpen   map[int64]int64
 	firstOpen atomic.Int64
+	// txnSeen: transactional batches or markers since the last durable
+	// snapshot (beforeRelease).
+	txnSeen atomic.Bool
 	// orphanSince: when the maintenance loop first found an open
 	// transaction here that no coordinator state holds (abortOrphans).
 	orphanSince map[int64]time.Time

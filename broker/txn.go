@@ -48,6 +48,9 @@ func (s *Server) openTxns(ctx context.Context) error {
 	}
 	s.txns = c
 	s.txnsMirrored.Store(math.MaxUint64)
+	if err := s.meta.reserveProducerIDsBelow(c.ProducerIDFloor()); err != nil {
+		return err
+	}
 	c.Recover()
 	return nil
 }

@@ -368,7 +368,7 @@ func (w *txnWorkload) produce(e *txnEnv, x *crashTxn, p int32, n int) error {
 	part := e.parts[p]
 	var next int64
 	var sp kmsg.ProduceResponseTopicPartition
-	err = e.txns.Produce(h.ProducerID, h.ProducerEpoch, txn.TP{Topic: txnCrashTopic, Partition: p}, func() error {
+	err = e.txns.Produce(x.id, h.ProducerID, h.ProducerEpoch, txn.TP{Topic: txnCrashTopic, Partition: p}, func() error {
 		var err error
 		next, err = part.appendIdempotent(b, &h, &sp, e.nowMs.Load())
 		return err

@@ -65,10 +65,12 @@ func controlBatch(pid int64, epoch int16, commit bool, nowMs int64, leaderEpoch 
 	return out
 }
 
-// lastStable returns the partition's LSO given its high watermark.
+// lastStable returns the partition's LSO given its high watermark; never
+// below the log start (retention or DeleteRecords may pass an open
+// transaction's first offset), as Kafka clamps it.
 func (p *partition) lastStable(hw int64) int64 {
 	if f := p.firstOpen.Load(); f > 0 && f-1 < hw {
-		return f - 1
+		return max(f-1, min(p.log.LogStartOffset(), hw))
 	}
 	return hw
 }
@@ -81,6 +83,7 @@ func (p *partition) openTxnLocked(pid, base int64) {
 	if p.txnOpen == nil {
 		p.txnOpen = map[int64]int64{}
 	}
+	p.txnSeen.Store(true)
 	p.txnOpen[pid] = base
 	p.setFirstOpenLocked()
 }
@@ -155,26 +158,39 @@ func (p *partition) writeMarker(pid int64, epoch int16, commit bool, nowMs int64
 	control := log.ControlAbort
 	if commit {
 		control = log.ControlCommit
-	}
-	first := p.txnOpen[pid]
-	a, abort := p.closeTxnLocked(pid, epoch, res.BaseOffset, control, nowMs)
-	if abort {
+	} else {
+		// The index entry goes in before the transaction stops holding
+		// the LSO back: a read_committed fetch that sees the LSO move
+		// past the aborted records always finds them in the index. If
+		// the entry cannot be written the transaction stays open
+		// (nothing of it becomes visible), and the coordinator's retry
+		// writes another marker and entry.
+		a := log.AbortedTxn{ProducerID: pid, FirstOffset: p.txnOpen[pid], LastOffset: res.BaseOffset, LastStableOffset: p.stableAfterLocked(pid, res.BaseOffset)}
 		if err := p.log.AddAborted(a); err != nil {
-			// The marker is in the log but its index entry is not: keep
-			// the transaction open (nothing of it becomes visible), so
-			// the coordinator's retry writes another marker and entry.
-			p.openTxnLocked(pid, first)
 			return 0, err
 		}
 	}
+	p.closeTxnLocked(pid, epoch, res.BaseOffset, control, nowMs)
 	return res.LastOffset + 1, nil
 }
 
 // replayTxns is loadProducers' pass over the batches after the snapshot:
 // sequences, open transactions, and the aborted index above from rebuilt.
+//
+// The scan covers the local segments only: in a tiered log, from (the log
+// start, without a snapshot) may lie below the first local segment. An
+// ABORT marker there whose transaction began in a released segment closes
+// nothing in the replay, and the scan cannot recompute its entry; the
+// index's own entry for that marker (written by writeMarker before the
+// segment could be released) is kept, else read_committed would show that
+// transaction's records.
 func (p *partition) replayTxns(from int64) error {
+	had, err := p.log.AbortedTxns(nil, from, math.MaxInt64)
+	if err != nil {
+		return err
+	}
 	var aborted []log.AbortedTxn
-	err := p.log.ScanBatches(from, func(h *log.BatchHeader, control int16) bool {
+	err = p.log.ScanBatches(from, func(h *log.BatchHeader, control int16) bool {
 		if h.BaseOffset < from || h.ProducerID < 0 {
 			return true
 		}
@@ -182,8 +198,16 @@ func (p *partition) replayTxns(from int64) error {
 			if control != log.ControlAbort && control != log.ControlCommit {
 				return true // another control type: not a transaction's end
 			}
+			_, open := p.txnOpen[h.ProducerID]
 			if a, abort := p.closeTxnLocked(h.ProducerID, h.ProducerEpoch, h.BaseOffset, control, 0); abort {
 				aborted = append(aborted, a)
+			} else if !open && control == log.ControlAbort {
+				for _, a := range had {
+					if a.LastOffset == h.BaseOffset && a.ProducerID == h.ProducerID {
+						aborted = append(aborted, a)
+						break
+					}
+				}
 			}
 			return true
 		}

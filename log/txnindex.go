@@ -673,3 +673,12 @@ func verifyTxnIndex(fsys FS, seg *segment, res walkResult, size int64, last bool
 		rep.Damage = append(rep.Damage, msg)
 	}
 }
+
+// SyncAborted fsyncs every aborted-transaction index written since its
+// last fsync, so a producer snapshot taken after it may vouch for the
+// entries below its point (the broker's replay rebuilds only above it).
+func (p *Partition) SyncAborted() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.syncAllTxnLocked()
+}

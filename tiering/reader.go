@@ -154,7 +154,16 @@ func (t *Tier) read(ctx context.Context, pk PartitionKey, offset, maxBytes int64
 	r := &ColdRead{Next: offset, cache: t.cache}
 	// Whole batches from the segment holding offset, then from the
 	// following segments while the budget lasts.
+	stop, bounded := ctx.Value(stableKey{}).(int64)
+	stopped := false
 	for ; i < len(m.Segments); i++ {
+		if bounded && m.Segments[i].Next > stop {
+			stopped = true
+			// A read_committed read stops before a segment holding
+			// records at or past the last stable offset (cached batches
+			// come whole): the local log serves those.
+			break
+		}
 		full, err := t.readSegment(ctx, pk, &m.Segments[i], r.Next, maxBytes, r)
 		var nr *NotReadyError
 		if errors.As(err, &nr) && r.Len > 0 {
@@ -167,6 +176,10 @@ func (t *Tier) read(ctx context.Context, pk PartitionKey, offset, maxBytes int64
 		if full {
 			break
 		}
+	}
+	if r.Len == 0 && stopped {
+		r.Release()
+		return nil, nil // nothing below the bound here
 	}
 	if r.Len == 0 {
 		// The manifest says the bucket holds offset, yet no segment from
@@ -647,6 +660,16 @@ type NotReadyError struct{ Wait <-chan struct{} }
 func (e *NotReadyError) Error() string { return "tiering: chunk still downloading" }
 
 type noWaitKey struct{}
+
+// stableKey carries a read_committed read's bound (ReadNoWaitStable).
+type stableKey struct{}
+
+// ReadNoWaitStable is ReadNoWait for a read_committed fetch: it reads no
+// segment that ends past stop (the partition's last stable offset). It
+// returns a nil read when the segment holding offset does.
+func (t *Tier) ReadNoWaitStable(ctx context.Context, pk PartitionKey, offset, maxBytes, stop int64) (r *ColdRead, wait <-chan struct{}, err error) {
+	return t.ReadNoWait(context.WithValue(ctx, stableKey{}, stop), pk, offset, maxBytes)
+}
 
 // ReadNoWait is a Read for a request that must not stall on the bucket,
 // without copying: what is cached is returned at once (nil if nothing);

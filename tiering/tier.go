@@ -361,15 +361,16 @@ type crc32cBody struct {
 // and keepMs of age by max timestamp (< 0: no age bound). With both bounds
 // off nothing is released. It returns the number of local segments deleted.
 func (t *Tier) ReleaseLocal(ctx context.Context, pk PartitionKey, lp *log.Partition, keepBytes, keepMs int64, now time.Time) (int, error) {
-	return t.ReleaseLocalBelow(ctx, pk, lp, keepBytes, keepMs, now, math.MaxInt64)
+	return t.ReleaseLocalBelow(ctx, pk, lp, keepBytes, keepMs, now, math.MaxInt64, nil)
 }
 
 // ReleaseLocalBelow is ReleaseLocal releasing only segments that end at or
 // below stable: the broker passes the partition's last stable offset, so
 // records of an open transaction stay local, where a read_committed fetch
 // is bounded at the LSO (a cold read returns whole cached batches, past
-// any bound).
-func (t *Tier) ReleaseLocalBelow(ctx context.Context, pk PartitionKey, lp *log.Partition, keepBytes, keepMs int64, now time.Time, stable int64) (int, error) {
+// any bound). before, if not nil, runs just before segments are deleted; its
+// error stops the release.
+func (t *Tier) ReleaseLocalBelow(ctx context.Context, pk PartitionKey, lp *log.Partition, keepBytes, keepMs int64, now time.Time, stable int64, before func() error) (int, error) {
 	if keepBytes < 0 && keepMs < 0 {
 		return 0, nil
 	}
@@ -400,6 +401,11 @@ func (t *Tier) ReleaseLocalBelow(ctx context.Context, pk PartitionKey, lp *log.P
 	}
 	if cut < 0 {
 		return 0, nil
+	}
+	if before != nil {
+		if err := before(); err != nil {
+			return 0, err
+		}
 	}
 	return lp.DeleteLocalBefore(cut)
 }

@@ -257,3 +257,10 @@ func (t *Tier) fetchTxnIndex(ctx context.Context, key string, s *SegmentMeta) ([
 	t.mu.Unlock()
 	return b, nil
 }
+
+// SafeToRelease reports whether local segment s of lp may be deleted
+// because the bucket holds all of it: the segment (manifest m) and its
+// aborted-transaction index as it is locally.
+func (t *Tier) SafeToRelease(m *Manifest, s log.SegmentInfo, lp *log.Partition) bool {
+	return m.Releasable(s, lp.LogStartOffset()) && t.txnIndexUploaded(m, s, lp)
+}

@@ -116,6 +116,14 @@ type Coordinator struct {
 	compactMu    sync.Mutex
 }
 
+// Bounds of one transaction (its state is one record of the transaction
+// log, at most LogConfig's 16 MiB): partitions added, groups added, and
+// offsets pending per group.
+const (
+	MaxPartitions = 100_000
+	MaxGroups     = 1_000
+)
+
 // Errors of a transactional produce (Produce).
 var (
 	// ErrInvalidTxnState: the partition is not in an open transaction of
@@ -139,7 +147,13 @@ func Open(cfg Config, p *log.Partition, seed []byte) (*Coordinator, error) {
 			return nil, err
 		}
 		for len(recs) > 0 {
-			n := min(len(recs), 512)
+			// Batches of at most 512 records and 4 MiB (one id's record
+			// may be larger: it goes alone).
+			n, size := 0, 0
+			for n < len(recs) && n < 512 && (n == 0 || size+len(recs[n].Value) <= 4<<20) {
+				size += len(recs[n].Value)
+				n++
+			}
 			if err := c.append(recs[:n]); err != nil {
 				return nil, err
 			}
@@ -259,7 +273,10 @@ func (c *Coordinator) lock(id string, create bool) *txn {
 		}
 		c.mu.Unlock()
 		t.mu.Lock()
-		if c.txns[id] == t || t.state != Dead {
+		c.mu.Lock()
+		current := c.txns[id] == t
+		c.mu.Unlock()
+		if current || t.state != Dead {
 			return t
 		}
 		t.mu.Unlock() // expired meanwhile: look again
@@ -353,8 +370,19 @@ func (c *Coordinator) InitProducerID(id string, timeoutMs int32, reqPID int64, r
 		if err := c.endLocked(t, false, true, true); err != nil {
 			return -1, -1, kerr.ConcurrentTransactions
 		}
+		// Gone back to if the next record cannot be written: the state
+		// after the abort (durable), not before it.
+		prev, prevParts, prevGroups = t.meta, t.partitions, t.groups
 	} else {
-		t.lastProducerID, t.lastEpoch = t.producerID, t.epoch
+		// The epoch bumped from is remembered only for a caller that
+		// named it (KIP-360: its retry must not bump again); a new
+		// producer's init leaves none, so a fenced producer's later
+		// KIP-360 init is never taken for a retry (Kafka's
+		// prepareIncrementProducerEpoch).
+		t.lastProducerID, t.lastEpoch = t.producerID, -1
+		if reqPID >= 0 {
+			t.lastEpoch = t.epoch
+		}
 		if err := c.bumpLocked(t); err != nil {
 			return -1, -1, kerr.CoordinatorNotAvailable
 		}
@@ -484,6 +512,13 @@ func (c *Coordinator) AddPartitions(id string, pid int64, epoch int16, parts []T
 		}
 		return codes, nil
 	}
+	if len(t.partitions)+len(parts) > MaxPartitions {
+		// Bounded: the whole state is one record of the transaction log.
+		for i := range codes {
+			codes[i] = kerr.InvalidRequest.Code
+		}
+		return codes, nil
+	}
 	if t.state == Ongoing {
 		all := true
 		for _, p := range parts {
@@ -526,6 +561,9 @@ func (c *Coordinator) AddOffsets(id string, pid int64, epoch int16, group string
 	defer t.mu.Unlock()
 	if t.state == Ongoing && t.groups[group] != nil {
 		return nil
+	}
+	if len(t.groups) >= MaxGroups {
+		return kerr.InvalidRequest // bounded, as the partitions
 	}
 	prev := t.meta
 	prevParts, prevGroups := t.partitions, t.groups
@@ -577,6 +615,9 @@ func (c *Coordinator) TxnOffsetCommit(id string, pid int64, epoch int16, group s
 	if len(added) == 0 {
 		return codes, nil
 	}
+	if len(next) > MaxPartitions {
+		return nil, kerr.InvalidRequest
+	}
 	old := t.groups
 	groups := make(map[string]map[TP]Offset, len(t.groups))
 	for g, o := range t.groups {
@@ -605,9 +646,18 @@ func (c *Coordinator) EndTxn(id string, pid int64, epoch int16, commit, bump boo
 	if commit {
 		done = CompleteCommit
 	}
-	// A retry of an end that bumped the epoch (its answer was lost).
-	if bump && t.state == done && pid == t.lastProducerID && epoch == t.lastEpoch {
-		return t.producerID, t.epoch, nil
+	// A retry of an end that bumped the epoch (its answer was lost, or
+	// its markers failed part way): the same end, at the new epoch.
+	if bump && t.lastEpoch >= 0 && pid == t.lastProducerID && epoch == t.lastEpoch {
+		switch {
+		case t.state == done:
+			return t.producerID, t.epoch, nil
+		case t.state == PrepareCommit && commit, t.state == PrepareAbort && !commit:
+			if err := c.completeLocked(t); err != nil {
+				return -1, -1, kerr.ConcurrentTransactions
+			}
+			return t.producerID, t.epoch, nil
+		}
 	}
 	switch {
 	case t.state == Dead || t.producerID != pid:
@@ -729,11 +779,12 @@ func (c *Coordinator) completeLocked(t *txn) error {
 }
 
 // Produce runs appendFn (the append of a transactional batch of producer
-// pid at epoch to partition p) if p is in pid's open transaction; else it
+// pid at epoch to partition p, in a request naming transactional id id) if
+// p is in pid's open transaction of that id; else it
 // returns ErrFenced or ErrInvalidTxnState. appendFn runs under the
 // transaction's lock, so the transaction cannot end between the check and
 // the append.
-func (c *Coordinator) Produce(pid int64, epoch int16, p TP, appendFn func() error) error {
+func (c *Coordinator) Produce(id string, pid int64, epoch int16, p TP, appendFn func() error) error {
 	c.mu.Lock()
 	t := c.byPID[pid]
 	c.mu.Unlock()
@@ -743,7 +794,9 @@ func (c *Coordinator) Produce(pid int64, epoch int16, p TP, appendFn func() erro
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch {
-	case t.producerID != pid || t.state == Dead:
+	case t.producerID != pid || t.state == Dead || t.id != id:
+		// (A batch of another transactional id's producer: the request's
+		// id is the one its ACLs were checked against.)
 		return ErrInvalidTxnState
 	case epoch != t.epoch:
 		return ErrFenced
@@ -960,4 +1013,17 @@ func (c *Coordinator) Stats() map[State]int {
 		t.mu.Unlock()
 	}
 	return out
+}
+
+// ProducerIDFloor is one more than the largest producer id any
+// transactional id holds (0 if none): after a restore from the bucket the
+// broker hands out ids from at least there, never one a restored id owns.
+func (c *Coordinator) ProducerIDFloor() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	floor := int64(0)
+	for pid := range c.byPID {
+		floor = max(floor, pid+1)
+	}
+	return floor
 }

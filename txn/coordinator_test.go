@@ -130,11 +130,20 @@ func TestInitProducerIDBumpsAndFences(t *testing.T) {
 	if pid2 != pid || epoch2 != 1 {
 		t.Fatalf("second init: %d/%d, want %d/1", pid2, epoch2, pid)
 	}
-	// KIP-360: the current id and epoch bump; the old ones are fenced,
-	// except the one just bumped from (a retry whose answer was lost).
-	if _, _, err := e.c.InitProducerID("a", 60000, pid, 0); err != nil {
-		t.Fatalf("retry of the last init: %v", err)
+	// A fresh init (no ids) leaves no epoch a retry could name: the
+	// producer it fenced cannot pass for one.
+	if _, _, err := e.c.InitProducerID("a", 60000, pid, 0); err != kerr.ProducerFenced {
+		t.Fatalf("fenced producer's KIP-360 init: %v, want PRODUCER_FENCED", err)
 	}
+	// KIP-360: the current id and epoch bump, and a retry of that (its
+	// answer lost) gets the same answer, not another bump.
+	if p, ep, err := e.c.InitProducerID("a", 60000, pid, epoch2); err != nil || p != pid || ep != epoch2+1 {
+		t.Fatalf("KIP-360 init: %d/%d %v", p, ep, err)
+	}
+	if p, ep, err := e.c.InitProducerID("a", 60000, pid, epoch2); err != nil || p != pid || ep != epoch2+1 {
+		t.Fatalf("retry of the KIP-360 init: %d/%d %v", p, ep, err)
+	}
+	epoch2++
 	if _, _, err := e.c.InitProducerID("a", 60000, pid+7, 0); err != kerr.ProducerFenced {
 		t.Fatalf("unknown producer id: %v, want PRODUCER_FENCED", err)
 	}
@@ -152,7 +161,7 @@ func TestInitProducerIDBumpsAndFences(t *testing.T) {
 	if _, _, err := e.c.InitProducerID("a", 60000, pid, epoch2); err != kerr.ProducerFenced {
 		t.Fatalf("the fenced producer's init: %v, want PRODUCER_FENCED (not taken for a retry)", err)
 	}
-	if err := e.c.Produce(pid, epoch2, TP{"t", 0}, func() error { return nil }); !errors.Is(err, ErrFenced) {
+	if err := e.c.Produce("a", pid, epoch2, TP{"t", 0}, func() error { return nil }); !errors.Is(err, ErrFenced) {
 		t.Fatalf("produce at the fenced epoch: %v", err)
 	}
 }
@@ -162,7 +171,7 @@ func TestEndTxnCommitsOffsetsAndRetries(t *testing.T) {
 	e := open(t, t.TempDir(), f, nil)
 	defer e.close()
 	pid, epoch := mustInit(t, e.c, "a")
-	if err := e.c.Produce(pid, epoch, TP{"t", 0}, func() error { return nil }); !errors.Is(err, ErrInvalidTxnState) {
+	if err := e.c.Produce("a", pid, epoch, TP{"t", 0}, func() error { return nil }); !errors.Is(err, ErrInvalidTxnState) {
 		t.Fatalf("produce before AddPartitions: %v", err)
 	}
 	if _, err := e.c.TxnOffsetCommit("a", pid, epoch, "g", []Offset{{Topic: "t", Partition: 0, Offset: 5}}); err != kerr.InvalidTxnState {
@@ -183,8 +192,11 @@ func TestEndTxnCommitsOffsetsAndRetries(t *testing.T) {
 	if f.pending["g"] != 1 {
 		t.Fatalf("pending: %v", f.pending)
 	}
-	if err := e.c.Produce(pid, epoch, TP{"t", 1}, func() error { return nil }); err != nil {
+	if err := e.c.Produce("a", pid, epoch, TP{"t", 1}, func() error { return nil }); err != nil {
 		t.Fatal(err)
+	}
+	if err := e.c.Produce("other", pid, epoch, TP{"t", 1}, func() error { return nil }); !errors.Is(err, ErrInvalidTxnState) {
+		t.Fatalf("a batch of a's producer in a request naming another id: %v", err)
 	}
 	if _, _, err := e.c.EndTxn("a", pid, epoch, true, false); err != nil {
 		t.Fatal(err)
@@ -239,11 +251,25 @@ func TestFailedEndIsFinishedLater(t *testing.T) {
 	if _, _, err := e.c.EndTxn("a", pid, epoch, false, false); err != kerr.InvalidTxnState {
 		t.Fatalf("abort of a transaction decided to commit: %v", err)
 	}
+	// v5: the end bumped the epoch with the decision; the client's retry
+	// at its old epoch is the same end (not a fenced producer).
+	pid2, epoch2 := mustInit(t, e.c, "b")
+	if _, err := e.c.AddPartitions("b", pid2, epoch2, []TP{{"t", 1}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.c.EndTxn("b", pid2, epoch2, false, true); err != kerr.CoordinatorNotAvailable {
+		t.Fatalf("v5 end with failing markers: %v", err)
+	}
+	f.failMark = false
+	if p, ep, err := e.c.EndTxn("b", pid2, epoch2, false, true); err != nil || p != pid2 || ep != epoch2+1 {
+		t.Fatalf("v5 retry after a failed end: %d/%d %v", p, ep, err)
+	}
+	f.failMark = true
 	e.close()
 	f.failMark = false
 	e = open(t, dir, f, nil) // Recover finishes it
 	defer e.close()
-	if in, _ := e.c.Describe("a"); in.State != CompleteCommit || len(f.markers) != 1 {
+	if in, _ := e.c.Describe("a"); in.State != CompleteCommit || len(f.markers) != 2 {
 		t.Fatalf("after restart: %v, markers %v", in.State, f.markers)
 	}
 }
