@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -146,6 +148,9 @@ func dumpFunc(w io.Writer, o *dumpOptions, paths []string) error {
 		if werr != nil {
 			return werr
 		}
+		if err := dumpAborted(w, enc, o, path); err != nil {
+			return err
+		}
 		if reason == "" {
 			if !o.json {
 				fmt.Fprintf(w, "# %d batches, %d bytes\n", batches, bytes)
@@ -168,6 +173,51 @@ func dumpFunc(w io.Writer, o *dumpOptions, paths []string) error {
 	}
 	if len(stopped) > 0 {
 		return fmt.Errorf("walk stopped before the end of %s", strings.Join(stopped, ", "))
+	}
+	return nil
+}
+
+// dumpAbortedTxn is a line of `inspect dump --json` for an entry of the
+// segment's aborted-transaction index (.txnindex).
+type dumpAbortedTxn struct {
+	File             string `json:"file"`
+	ProducerID       int64  `json:"producerId"`
+	FirstOffset      int64  `json:"firstOffset"`
+	LastOffset       int64  `json:"lastOffset"`
+	LastStableOffset int64  `json:"lastStableOffset"`
+}
+
+// dumpAborted prints the entries of the .txnindex beside segment path, if
+// there is one.
+func dumpAborted(w io.Writer, enc *json.Encoder, o *dumpOptions, path string) error {
+	if !strings.HasSuffix(path, ".log") {
+		return nil
+	}
+	base, err := strconv.ParseInt(filepath.Base(strings.TrimSuffix(path, ".log")), 10, 64)
+	if err != nil {
+		return nil // not a segment name: no index to look for
+	}
+	idx := strings.TrimSuffix(path, ".log") + ".txnindex"
+	if _, err := os.Stat(idx); err != nil {
+		return nil
+	}
+	es, bad, err := log.DumpTxnIndex(log.OSFS, idx, base, -1)
+	if err != nil {
+		return fmt.Errorf("dump %s: %w", idx, err)
+	}
+	for _, a := range es {
+		if o.json {
+			if err := enc.Encode(&dumpAbortedTxn{File: idx, ProducerID: a.ProducerID, FirstOffset: a.FirstOffset, LastOffset: a.LastOffset, LastStableOffset: a.LastStableOffset}); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := fmt.Fprintf(w, "aborted producer %d: offsets %d..%d (ABORT marker at %d), LSO after %d\n", a.ProducerID, a.FirstOffset, a.LastOffset, a.LastOffset, a.LastStableOffset); err != nil {
+			return err
+		}
+	}
+	if bad != "" && !o.json {
+		fmt.Fprintf(w, "# %s: %s\n", idx, bad)
 	}
 	return nil
 }
