@@ -199,15 +199,25 @@ func (p *partition) replayTxns(from int64) error {
 				return true // another control type: not a transaction's end
 			}
 			_, open := p.txnOpen[h.ProducerID]
-			if a, abort := p.closeTxnLocked(h.ProducerID, h.ProducerEpoch, h.BaseOffset, control, 0); abort {
-				aborted = append(aborted, a)
-			} else if !open && control == log.ControlAbort {
-				for _, a := range had {
-					if a.LastOffset == h.BaseOffset && a.ProducerID == h.ProducerID {
-						aborted = append(aborted, a)
-						break
-					}
+			var known *log.AbortedTxn // the index's entry for this marker, if any
+			for i := range had {
+				if had[i].LastOffset == h.BaseOffset && had[i].ProducerID == h.ProducerID {
+					known = &had[i]
+					break
 				}
+			}
+			if a, abort := p.closeTxnLocked(h.ProducerID, h.ProducerEpoch, h.BaseOffset, control, 0); abort {
+				if known != nil && known.FirstOffset < a.FirstOffset {
+					// The transaction began in a segment no longer local
+					// (released to the bucket): the replay saw only its
+					// later batches, the index knows where it began.
+					a = *known
+				}
+				aborted = append(aborted, a)
+			} else if !open && control == log.ControlAbort && known != nil {
+				// Its batches are all in released segments: keep the
+				// entry the index has.
+				aborted = append(aborted, *known)
 			}
 			return true
 		}
