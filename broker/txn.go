@@ -100,8 +100,8 @@ func (s *Server) txnConfig() txn.Config {
 		IDExpiration:   s.cfg.TransactionalIDExpiration,
 		NextProducerID: s.meta.nextProducerID,
 		WriteMarkers:   s.writeMarkers,
-		CommitOffsets: func(g string, offs []txn.Offset) error {
-			return commitTxnOffsets(s.groups, g, offs)
+		CommitOffsets: func(g string, offs []txn.Offset, since int64) error {
+			return commitTxnOffsets(s.groups, g, offs, since)
 		},
 		Pending: func(g string, pid int64, parts []txn.TP, pending bool) {
 			setTxnPending(s.groups, g, pid, parts, pending)
@@ -115,12 +115,12 @@ func (s *Server) txnConfig() txn.Config {
 
 // commitTxnOffsets is Config.CommitOffsets: a committed transaction's
 // offsets into the group log.
-func commitTxnOffsets(groups *group.Coordinator, g string, offs []txn.Offset) error {
+func commitTxnOffsets(groups *group.Coordinator, g string, offs []txn.Offset, since int64) error {
 	l := make([]group.TxnOffset, len(offs))
 	for i, o := range offs {
 		l[i] = group.TxnOffset{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, LeaderEpoch: o.LeaderEpoch, Metadata: o.Metadata}
 	}
-	return groups.CommitTxnOffsets(g, l)
+	return groups.CommitTxnOffsets(g, l, since)
 }
 
 // setTxnPending is Config.Pending: the group coordinator told about

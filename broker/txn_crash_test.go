@@ -146,8 +146,8 @@ func openTxnEnv(fsys log.FS, now time.Time, firstID int64) (*txnEnv, error) {
 		WriteMarkers: func(pid int64, epoch int16, commit bool, parts []txn.TP) error {
 			return writeMarkers(e.lookup, e.nowMs.Load(), 1, pid, epoch, commit, parts)
 		},
-		CommitOffsets: func(g string, offs []txn.Offset) error {
-			return commitTxnOffsets(e.groups, g, offs)
+		CommitOffsets: func(g string, offs []txn.Offset, since int64) error {
+			return commitTxnOffsets(e.groups, g, offs, since)
 		},
 		Pending: func(g string, pid int64, parts []txn.TP, pending bool) {
 			setTxnPending(e.groups, g, pid, parts, pending)

@@ -75,8 +75,11 @@ func (c *Coordinator) pendingLocked(groupID string, k tp) bool {
 
 // CommitTxnOffsets writes a committed transaction's offsets for groupID,
 // durably (the group is created if it does not exist: a transaction may
-// commit for a group that has no members, as Kafka allows).
-func (c *Coordinator) CommitTxnOffsets(groupID string, offs []TxnOffset) error {
+// commit for a group that has no members, as Kafka allows). since > 0 (an
+// end resumed after a crash, decided at since, Unix ms): a partition whose
+// offset was committed at or after since keeps it (that commit is this
+// end's, done before the crash, or a later one).
+func (c *Coordinator) CommitTxnOffsets(groupID string, offs []TxnOffset, since int64) error {
 	clean(&groupID)
 	g := c.lockGroup(groupID, true)
 	if g == nil {
@@ -86,6 +89,14 @@ func (c *Coordinator) CommitTxnOffsets(groupID string, offs []TxnOffset) error {
 	now := c.cfg.Now().UnixMilli()
 	recs := make([]record, 0, len(offs))
 	vals := make([]offsetValue, 0, len(offs))
+	kept := offs[:0:0]
+	for _, o := range offs {
+		if cur, ok := g.offsets[tp{o.Topic, o.Partition}]; since > 0 && ok && cur.CommitMs >= since {
+			continue
+		}
+		kept = append(kept, o)
+	}
+	offs = kept
 	for _, o := range offs {
 		v := offsetValue{Offset: o.Offset, LeaderEpoch: o.LeaderEpoch, CommitMs: now}
 		if o.Metadata != nil {

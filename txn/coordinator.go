@@ -52,8 +52,11 @@ type Config struct {
 	// transaction, and returns once they are durable.
 	WriteMarkers func(pid int64, epoch int16, commit bool, parts []TP) error
 	// CommitOffsets writes a group's offsets durably (a transaction's
-	// offsets, at its commit).
-	CommitOffsets func(group string, offsets []Offset) error
+	// offsets, at its commit). since > 0 (an end resumed after a crash or a
+	// failure, decided at since, Unix ms): partitions whose offset was
+	// committed at or after since are left as they are (this end's commit
+	// already happened, or a later one did).
+	CommitOffsets func(group string, offsets []Offset, since int64) error
 	// Pending tells the group coordinator that a group has (pending true)
 	// or no longer has offsets of producer pid waiting for the end of its
 	// transaction, for OffsetFetch's require_stable.
@@ -79,7 +82,7 @@ func (c *Config) setDefaults() {
 		c.WriteMarkers = func(int64, int16, bool, []TP) error { return nil }
 	}
 	if c.CommitOffsets == nil {
-		c.CommitOffsets = func(string, []Offset) error { return nil }
+		c.CommitOffsets = func(string, []Offset, int64) error { return nil }
 	}
 	if c.Pending == nil {
 		c.Pending = func(string, int64, []TP, bool) {}
@@ -212,7 +215,7 @@ func (c *Coordinator) Recover() {
 		t.mu.Lock()
 		switch t.state {
 		case PrepareCommit, PrepareAbort:
-			if err := c.completeLocked(t); err != nil {
+			if err := c.completeLocked(t, true); err != nil {
 				c.cfg.Logger.Warn("finish a transaction after restart (retried by maintenance)", zap.String("transactional_id", t.id), zap.Error(err))
 			}
 		case Ongoing:
@@ -251,6 +254,23 @@ func (c *Coordinator) append(recs []recordlog.Record) error {
 func (c *Coordinator) persistLocked(t *txn) error {
 	t.updateMs = c.cfg.Now().UnixMilli()
 	return c.append([]recordlog.Record{encodeRecord(t.id, t.toValue())})
+}
+
+// persistSoonLocked writes t's state without waiting for it to be durable:
+// the Complete record of an end whose markers and offsets are durable. If a
+// crash loses it, the Prepare record before it makes Recover finish the
+// same end again (markers are idempotent, offsets guarded by time), and
+// anything the id does next (an add, an init) is a later record of the same
+// log, durable only with it. t.mu held.
+func (c *Coordinator) persistSoonLocked(t *txn) error {
+	t.updateMs = c.cfg.Now().UnixMilli()
+	b := recordlog.Encode([]recordlog.Record{encodeRecord(t.id, t.toValue())}, c.cfg.Now())
+	if _, err := c.log.Append(b); err != nil {
+		return err
+	}
+	c.sinceCompact.Add(int64(len(b)))
+	c.changes.Add(1)
+	return nil
 }
 
 // lock returns id's state locked, creating it if create; nil if it does
@@ -347,7 +367,7 @@ func (c *Coordinator) InitProducerID(id string, timeoutMs int32, reqPID int64, r
 		return t.producerID, t.epoch, nil
 	}
 	if t.state == PrepareCommit || t.state == PrepareAbort {
-		if err := c.completeLocked(t); err != nil {
+		if err := c.completeLocked(t, true); err != nil {
 			return -1, -1, kerr.ConcurrentTransactions
 		}
 	}
@@ -653,7 +673,7 @@ func (c *Coordinator) EndTxn(id string, pid int64, epoch int16, commit, bump boo
 		case t.state == done:
 			return t.producerID, t.epoch, nil
 		case t.state == PrepareCommit && commit, t.state == PrepareAbort && !commit:
-			if err := c.completeLocked(t); err != nil {
+			if err := c.completeLocked(t, true); err != nil {
 				return -1, -1, kerr.ConcurrentTransactions
 			}
 			return t.producerID, t.epoch, nil
@@ -675,7 +695,7 @@ func (c *Coordinator) EndTxn(id string, pid int64, epoch int16, commit, bump boo
 		if (t.state == PrepareCommit) != commit {
 			return -1, -1, kerr.InvalidTxnState
 		}
-		if err := c.completeLocked(t); err != nil {
+		if err := c.completeLocked(t, true); err != nil {
 			return -1, -1, kerr.ConcurrentTransactions
 		}
 	case CompleteCommit, CompleteAbort:
@@ -723,14 +743,18 @@ func (c *Coordinator) endLocked(t *txn, commit, bump, fence bool) error {
 		c.restoreLocked(t, prev, prevParts, prevGroups)
 		return err
 	}
-	return c.completeLocked(t)
+	return c.completeLocked(t, false)
 }
 
 // completeLocked writes the markers (and, for a commit, the offsets) of t's
 // decided transaction and then its Complete record. On an error t stays
 // in its Prepare state, to be finished later. t.mu held.
-func (c *Coordinator) completeLocked(t *txn) error {
+func (c *Coordinator) completeLocked(t *txn, resumed bool) error {
 	commit := t.state == PrepareCommit
+	since := int64(0)
+	if resumed {
+		since = t.updateMs // when the decision was made
+	}
 	parts := t.partitionList()
 	if len(parts) > 0 {
 		if err := c.cfg.WriteMarkers(t.producerID, t.epoch, commit, parts); err != nil {
@@ -752,7 +776,7 @@ func (c *Coordinator) completeLocked(t *txn) error {
 			for _, o := range offs {
 				l = append(l, o)
 			}
-			if err := c.cfg.CommitOffsets(g, l); err != nil {
+			if err := c.cfg.CommitOffsets(g, l, since); err != nil {
 				return fmt.Errorf("commit offsets of group %q: %w", g, err)
 			}
 		}
@@ -775,7 +799,7 @@ func (c *Coordinator) completeLocked(t *txn) error {
 		t.epoch = 0
 	}
 	t.state, t.partitions, t.groups = state, map[TP]struct{}{}, nil
-	return c.persistLocked(t)
+	return c.persistSoonLocked(t)
 }
 
 // Produce runs appendFn (the append of a transactional batch of producer
@@ -825,7 +849,7 @@ func (c *Coordinator) Maintain(now time.Time) {
 				}
 			}
 		case PrepareCommit, PrepareAbort:
-			if err := c.completeLocked(t); err != nil {
+			if err := c.completeLocked(t, true); err != nil {
 				c.cfg.Logger.Warn("finish a transaction", zap.String("transactional_id", t.id), zap.Error(err))
 			}
 		case Empty, CompleteCommit, CompleteAbort:

@@ -44,7 +44,7 @@ func (f *fakeBroker) config(t *testing.T, now func() time.Time) Config {
 			}
 			return nil
 		},
-		CommitOffsets: func(g string, offs []Offset) error {
+		CommitOffsets: func(g string, offs []Offset, _ int64) error {
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			if f.offsets == nil {
