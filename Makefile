@@ -13,7 +13,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 # Packages that `make test` runs with the race detector. Add new packages
 # (./protocol/... ./broker/... ./tiering/...) here as they land.
-CORE_PKGS ?= ./log/... ./protocol/... ./auth/... ./broker/... ./group/... ./tiering/... ./cmd/...
+CORE_PKGS ?= ./log/... ./protocol/... ./auth/... ./broker/... ./group/... ./txn/... ./internal/... ./tiering/... ./cmd/...
 
 # Fuzzing: every Fuzz* target of FUZZ_PKGS runs for FUZZTIME, one after another.
 FUZZ_PKGS ?= ./log/ ./protocol/ ./group ./auth
@@ -25,7 +25,7 @@ TOOLS_BIN ?= $(HOME)/.cache/synapse-tools/bin
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(TOOLS_BIN)/staticcheck
 
-.PHONY: help run build tools lint test compat kgo-suite fuzz bench clean
+.PHONY: help run build tools lint test compat kgo-suite fuzz bench bench-txn clean
 
 help:
 	@echo "make run     build, then bin/synapse serve (data in ./data)"
@@ -37,6 +37,7 @@ help:
 	@echo "make kgo-suite  franz-go's own kgo integration tests against bin/synapse (part of make compat)"
 	@echo "make fuzz    each fuzz target in $(FUZZ_PKGS) for FUZZTIME=$(FUZZTIME)"
 	@echo "make bench   benchmarks"
+	@echo "make bench-txn  only the bench's transactions block (TX1, TX2); TXN_ARGS=\"-rounds 2 -txn-records 200000\" for a quick look"
 	@echo "make clean   remove bin/"
 
 # Builds, then replaces make with the broker so Ctrl-C / SIGTERM reach it
@@ -100,7 +101,8 @@ fuzz:
 
 # Ratios against baselines measured in the same run; see README.md.
 BENCH_ARGS ?=
-# e.g. SIDE_BY_SIDE_ARGS="-rounds 1 -p1-records 200000 -e2e-duration 5s" for a quick look.
+# e.g. SIDE_BY_SIDE_ARGS="-rounds 1 -p1-records 200000 -e2e-duration 5s" for a quick look
+# (it includes the transactions block, TX1 and TX2: -txn-rounds 0 skips it).
 SIDE_BY_SIDE_ARGS ?=
 # Scale block (bench/runner/scale.go): partition counts, e.g. SCALE_PARTITIONS=1000,10000; SCALE_ARGS="-scale-kfake=false".
 SCALE_PARTITIONS ?= 1000,10000,100000
@@ -118,6 +120,12 @@ bench: build tools
 	if taskset -c 0 true 2>/dev/null && taskset -c 1 true 2>/dev/null; then \
 		cd tiering && PIN_BROKER=0 TIERING_REQUIRE_S3=1 VERSITYGW_BIN="$(TOOLS_BIN)/versitygw" SYNAPSE_BIN=$(CURDIR)/bin/synapse \
 		taskset -c 1 $(GO) test -run '^$$' -bench 'ColdCatchUp' -benchtime 3x .; fi
+
+# Only the transactions block of the side by side (bench/runner/txn.go), e.g. TXN_ARGS="-rounds 2 -txn-records 200000".
+TXN_ARGS ?=
+bench-txn: build
+	cd bench && $(GO) build -o $(CURDIR)/bin/kfake ./kfake
+	cd bench && $(GO) run ./runner -synapse $(CURDIR)/bin/synapse -kfake $(CURDIR)/bin/kfake -txn-only $(TXN_ARGS)
 
 clean:
 	rm -rf bin/

@@ -6,9 +6,11 @@
 // medians, min–max and the Synapse/reference ratio, with the brokers' CPU
 // time per MB and resident memory read from /proc. A blackhole broker
 // (kfake acknowledging produce without storing) calibrates the machine's
-// ceiling. A security block (Synapse only) compares its PLAINTEXT, SSL and
-// SASL_PLAINTEXT listeners on one broker and measures SCRAM authentication
-// of new connections under produce load. The machine is shared and noisy:
+// ceiling. A transactions block (txn.go) compares transactional with
+// idempotent produce and read_committed with read_uncommitted consume, on
+// both brokers. A security block (Synapse only) compares its PLAINTEXT,
+// SSL and SASL_PLAINTEXT listeners on one broker and measures SCRAM
+// authentication of new connections under produce load. The machine is shared and noisy:
 // nothing here is a pass/fail gate; the "goal" column only says whether a
 // figure met the issue's goal.
 package main
@@ -58,6 +60,7 @@ type options struct {
 	authMaxDialers int
 
 	scale scaleOptions // scale.go
+	txn   txnOptions   // txn.go
 }
 
 func main() {
@@ -77,10 +80,16 @@ func main() {
 	flag.IntVar(&o.authDialers, "auth-dialers", 8, "concurrent dialers of the auth load")
 	flag.IntVar(&o.authMaxDialers, "auth-max-dialers", 16, "concurrent dialers of the as-fast-as-possible auth run")
 	scaleFlags(&o.scale)
+	txnFlags(&o.txn)
 	flag.Parse()
 	if o.secRounds < 0 {
 		o.secRounds = o.rounds
 	}
+	if o.txn.rounds < 0 {
+		o.txn.rounds = o.rounds
+	}
+	o.txn.perTxn, o.txn.readProducers, o.txn.abortEvery = max(o.txn.perTxn, 1), max(o.txn.readProducers, 1), max(o.txn.abortEvery, 0)
+	o.txn.readPasses = max(o.txn.readPasses, 1)
 	o.secSlices = max(o.secSlices, 1)
 	start := time.Now()
 	r := &runner{o: o, samples: map[string]map[string][]float64{}}
@@ -97,6 +106,9 @@ type runner struct {
 
 	scaleNofile   uint64   // the brokers' descriptor limit in the scale block
 	scaleFailures []string // sizes a broker could not finish
+
+	txnVals     map[txnKey]float64 // the transactions block's samples by round
+	txnFailures []string           // its parts that failed
 }
 
 func (r *runner) add(metric, broker string, v float64) {
@@ -130,9 +142,17 @@ func (r *runner) run() error {
 	if r.o.scale.only {
 		return r.scaleBlock()
 	}
+	if r.o.txn.only {
+		return r.txnBlock()
+	}
 	if !r.o.secOnly {
 		if err := r.sideBySide(); err != nil {
 			return err
+		}
+		if r.o.txn.rounds > 0 {
+			if err := r.txnBlock(); err != nil {
+				return err
+			}
 		}
 	}
 	for round := 0; round < r.o.secRounds; round++ {
@@ -303,6 +323,14 @@ type result struct {
 	MBPerSec      float64            `json:"mb_per_sec"`
 	LatencyMs     map[string]float64 `json:"latency_ms"`
 	Errors        int64              `json:"errors"`
+
+	// Transactional produce and consume (`--transactional-id`, `--isolation`).
+	Transactions        int64              `json:"transactions"`
+	AbortedTransactions int64              `json:"aborted_transactions"`
+	CommittedRecords    int64              `json:"committed_records"`
+	AbortedRecords      int64              `json:"aborted_records"`
+	TxnLatencyMs        map[string]float64 `json:"txn_latency_ms"`
+	ControlRecords      int64              `json:"control_records"`
 }
 
 // client runs `synapse bench <args>` against b, returning its result and
@@ -530,21 +558,35 @@ var order = []string{
 
 func (r *runner) report(w io.Writer, took time.Duration) {
 	host, _ := os.Hostname()
-	if r.o.scale.only {
-		fmt.Fprintf(w, "\n`make bench` scale block, %s, %d CPUs, %s, host %s, %s in all.\n",
-			time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), host, took.Round(time.Second))
-	} else {
-		fmt.Fprintf(w, "\n`make bench` side by side, %s, %d CPUs, %s, host %s, %d rounds (A B B A), %s in all.\n",
-			time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), host, r.o.rounds, took.Round(time.Second))
+	what := fmt.Sprintf("side by side, %d rounds (A B B A)", r.o.rounds)
+	switch {
+	case r.o.scale.only:
+		what = "scale block"
+	case r.o.txn.only:
+		what = "transactions block"
 	}
-	if !r.o.secOnly && !r.o.scale.only {
-		r.reportSideBySide(w)
-	}
-	if r.o.secRounds > 0 && !r.o.scale.only {
-		r.reportSecurity(w)
-	}
-	if len(r.o.scale.sizes) > 0 {
-		r.reportScale(w)
+	fmt.Fprintf(w, "\n`make bench` %s, %s, %d CPUs, %s, host %s, %s in all.\n",
+		what, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), host, took.Round(time.Second))
+	switch {
+	case r.o.scale.only:
+		if len(r.o.scale.sizes) > 0 {
+			r.reportScale(w)
+		}
+	case r.o.txn.only:
+		r.reportTxn(w)
+	default:
+		if !r.o.secOnly {
+			r.reportSideBySide(w)
+			if r.o.txn.rounds > 0 {
+				r.reportTxn(w)
+			}
+		}
+		if r.o.secRounds > 0 {
+			r.reportSecurity(w)
+		}
+		if len(r.o.scale.sizes) > 0 {
+			r.reportScale(w)
+		}
 	}
 	fmt.Fprintf(w, "Broker binaries: %s, %s.\n", filepath.Base(r.o.synapse), filepath.Base(r.o.kfake))
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -123,5 +125,121 @@ func TestBenchClientSecurity(t *testing.T) {
 	}
 	if r := auth("SCRAM-SHA-256", "wrong", true); r.Auths != 0 || r.Failures == 0 {
 		t.Fatalf("auth with a wrong password: %+v", r)
+	}
+}
+
+// benchFlags parses args as `synapse bench <use>` would and validates them.
+func benchFlags(t *testing.T, use string, args ...string) (*clientBenchOptions, error) {
+	t.Helper()
+	for _, sp := range benchClientSpecs() {
+		if sp.use == use {
+			cmd, o := newBenchClientCommandOpts(sp)
+			if err := cmd.ParseFlags(args); err != nil {
+				return o, err
+			}
+			return o, o.validate(cmd.Flags())
+		}
+	}
+	t.Fatalf("no bench command %q", use)
+	return nil, nil
+}
+
+func TestBenchClientTxnFlags(t *testing.T) {
+	o, err := benchFlags(t, "produce")
+	if err != nil || o.txnID != "" || o.txnRecords != 100 || o.abortEvery != 0 || o.txnTimeout != 40*time.Second {
+		t.Fatalf("produce defaults: %+v %v", o, err)
+	}
+	o, err = benchFlags(t, "produce", "--transactional-id", "p", "--txn-records", "50", "--abort-every", "10", "--txn-timeout", "5s")
+	if err != nil || o.txnID != "p" || o.txnRecords != 50 || o.abortEvery != 10 || o.txnTimeout != 5*time.Second {
+		t.Fatalf("transactional produce: %+v %v", o, err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--txn-records", "5"}, "--txn-records needs --transactional-id"},
+		{[]string{"--abort-every", "10"}, "--abort-every needs --transactional-id"},
+		{[]string{"--txn-timeout", "1s"}, "--txn-timeout needs --transactional-id"},
+		{[]string{"--transactional-id", "p", "--txn-records", "0"}, "at least 1"},
+		{[]string{"--transactional-id", "p", "--abort-every", "-1"}, "0 (never) or more"},
+		{[]string{"--transactional-id", "p", "--txn-timeout", "0s"}, "must be positive"},
+		{[]string{"--transactional-id", "p", "--idempotent=false"}, "idempotent producer with --acks all"},
+		{[]string{"--transactional-id", "p", "--acks", "1"}, "idempotent producer with --acks all"},
+		{[]string{"--duration", "0s"}, "--duration must be positive"},
+	} {
+		if _, err := benchFlags(t, "produce", c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("produce %v: %v, want an error with %q", c.args, err, c.want)
+		}
+	}
+	if _, err := benchFlags(t, "e2e", "--transactional-id", "p"); err == nil {
+		t.Error("e2e takes --transactional-id")
+	}
+	if _, err := benchFlags(t, "consume", "--transactional-id", "p"); err == nil {
+		t.Error("consume takes --transactional-id")
+	}
+
+	if o, err = benchFlags(t, "consume"); err != nil || o.isolation != "read_uncommitted" {
+		t.Fatalf("consume defaults: %+v %v", o, err)
+	}
+	if o, err = benchFlags(t, "consume", "--isolation", "read_committed"); err != nil || o.isolation != "read_committed" {
+		t.Fatalf("consume read_committed: %+v %v", o, err)
+	}
+	if _, err = benchFlags(t, "consume", "--isolation", "committed"); err == nil || !strings.Contains(err.Error(), "read_uncommitted or read_committed") {
+		t.Fatalf("consume --isolation committed: %v", err)
+	}
+	if _, err := benchFlags(t, "e2e", "--isolation", "read_committed"); err == nil {
+		t.Error("e2e takes --isolation")
+	}
+}
+
+func TestBenchClientClaim(t *testing.T) {
+	p := &produceRun{o: &clientBenchOptions{records: 250}}
+	var got []int64
+	for range 4 {
+		got = append(got, p.claim(100))
+	}
+	if want := []int64{100, 100, 50, 0}; !slices.Equal(got, want) {
+		t.Fatalf("claims of 100 out of 250: %v, want %v", got, want)
+	}
+	if p := (&produceRun{o: &clientBenchOptions{}}); p.claim(100) != 100 || p.claim(1) != 1 {
+		t.Fatal("without a record bound every claim is whole")
+	}
+}
+
+// TestBenchClientTransactions produces in transactions with every 4th
+// aborted, then reads the topic both ways.
+func TestBenchClientTransactions(t *testing.T) {
+	s, err := broker.New(broker.Config{DataDir: t.TempDir(), AutoCreateTopics: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	defer s.Shutdown(context.Background())
+	ctx := context.Background()
+	o := &clientBenchOptions{brokers: ln.Addr().String(), topic: "tx", partitions: 2, recordSize: 100, records: 2000,
+		duration: time.Minute, producers: 2, compression: "none", acks: "all", idempotent: true, payload: "random",
+		txnID: "bench", txnRecords: 50, abortEvery: 4, txnTimeout: 10 * time.Second}
+	var stderr strings.Builder
+	r, err := runProduce(ctx, o, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Errors != 0 || r.Records != 2000 || r.Transactions != 40 || r.AbortedTransactions != 10 || r.CommittedRecords != 1500 ||
+		r.AbortedRecords != 500 || r.TxnLatencyMs["p50"] <= 0 {
+		t.Fatalf("transactional produce: %+v\n%s", r, stderr.String())
+	}
+	o.records, o.duration = 0, 20*time.Second // to the end
+	o.isolation = "read_uncommitted"
+	if r, err = runConsume(ctx, o, io.Discard); err != nil || r.Records != 2000 || r.Bytes != 200000 || r.ControlRecords != 80 || r.FetchedBytes < r.Bytes {
+		t.Fatalf("consume read_uncommitted: %+v %v", r, err)
+	}
+	o.isolation = "read_committed"
+	if r, err = runConsume(ctx, o, io.Discard); err != nil || r.Records != 1500 || r.Bytes != 150000 || r.ControlRecords != 80 ||
+		r.Isolation != "read_committed" || r.FetchedBytes < r.Bytes {
+		t.Fatalf("consume read_committed: %+v %v", r, err)
 	}
 }
