@@ -95,7 +95,7 @@ func (s *Server) handleProduce(c *conn, req *kmsg.ProduceRequest) (kmsg.Response
 					sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 					break
 				}
-				next, err := s.produceTo(p, rp.Records, &sp, req.TransactionID)
+				next, txnEnd, err := s.produceTo(p, rp.Records, &sp, req.TransactionID)
 				if err != nil {
 					sp.ErrorCode = s.produceErrorCode(err)
 					sp.ErrorMessage = kmsg.StringPtr(err.Error())
@@ -103,7 +103,7 @@ func (s *Server) handleProduce(c *conn, req *kmsg.ProduceRequest) (kmsg.Response
 					break
 				}
 				if req.Acks == -1 && next > 0 {
-					waits = append(waits, durableWait{len(resp.Topics), len(st.Partitions), p, next})
+					waits = append(waits, durableWait{len(resp.Topics), len(st.Partitions), p, next, txnEnd})
 				}
 			}
 			st.Partitions = append(st.Partitions, sp)
@@ -127,6 +127,10 @@ type durableWait struct {
 	ti, pi int // where the partition's response is
 	p      *partition
 	next   int64
+	// txnEnd > 0: a transactional batch, acknowledged only once the
+	// transaction log is durable up to here too (the record that added
+	// the partition to the transaction).
+	txnEnd int64
 }
 
 // deferredProduce is an acks=all produce response whose records are
@@ -141,7 +145,11 @@ type deferredProduce struct {
 // response (a partition whose fsync failed answers the storage error).
 func (d *deferredProduce) finish() *kmsg.ProduceResponse {
 	for _, w := range d.waits {
-		if err := w.p.log.WaitDurable(w.next); err != nil {
+		err := w.p.log.WaitDurable(w.next)
+		if err == nil && w.txnEnd > 0 {
+			err = d.s.txns.WaitDurable(w.txnEnd)
+		}
+		if err != nil {
 			sp := &d.Topics[w.ti].Partitions[w.pi]
 			sp.ErrorCode = d.s.errorCode(err)
 			sp.BaseOffset = -1
@@ -173,34 +181,35 @@ func (s *Server) produceErrorCode(err error) int16 {
 
 // produceTo appends one partition's batch and fills the response; it
 // returns the offset to wait for (acks=-1), or 0 if there is nothing to wait
-// for (a duplicate that is already durable is still waited on: cheap).
-func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceResponseTopicPartition, txnID *string) (int64, error) {
+// for (a duplicate that is already durable is still waited on: cheap), and
+// for a transactional batch the transaction log offset to wait for too.
+func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceResponseTopicPartition, txnID *string) (next, txnEnd int64, err error) {
 	if len(records) == 0 {
-		return 0, errNoRecords
+		return 0, 0, errNoRecords
 	}
 	h, err := log.ParseBatchHeader(records)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if int(h.Length) < len(records) {
-		return 0, errMultipleBatches
+		return 0, 0, errMultipleBatches
 	}
 	switch {
 	case h.Control():
-		return 0, errControl
+		return 0, 0, errControl
 	case h.Transactional() && (txnID == nil || h.ProducerID < 0):
-		return 0, errNoTxnID
+		return 0, 0, errNoTxnID
 	}
 	st := s.reg.stampsOf(p.topic)
 	if !st.logAppend && (st.before < math.MaxInt64 || st.after < math.MaxInt64) {
 		if err := checkTimestamps(&h, s.cfg.Now().UnixMilli(), st.before, st.after); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	if st.logAppend {
 		// The client's CRC is checked before the stamp recomputes it.
 		if _, err := log.CheckBatch(records, 0); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		now := s.cfg.Now().UnixMilli()
 		log.SetLogAppendTime(records, now)
@@ -209,23 +218,24 @@ func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceRespons
 	log.PatchLeaderEpoch(records, s.meta.m.LeaderEpoch)
 	if h.Transactional() {
 		var next int64
-		err := s.txns.Produce(*txnID, h.ProducerID, h.ProducerEpoch, txn.TP{Topic: p.topic.name, Partition: p.index}, func() error {
+		txnEnd, err := s.txns.Produce(*txnID, h.ProducerID, h.ProducerEpoch, txn.TP{Topic: p.topic.name, Partition: p.index}, func() error {
 			var err error
 			next, err = p.appendIdempotent(records, &h, sp, s.cfg.Now().UnixMilli())
 			return err
 		})
-		return next, err
+		return next, txnEnd, err
 	}
 	if h.ProducerID >= 0 {
-		return p.appendIdempotent(records, &h, sp, s.cfg.Now().UnixMilli())
+		next, err := p.appendIdempotent(records, &h, sp, s.cfg.Now().UnixMilli())
+		return next, 0, err
 	}
 	res, err := p.log.Append(records)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	sp.BaseOffset = res.BaseOffset
 	sp.LogStartOffset = res.LogStartOffset
-	return res.LastOffset + 1, nil
+	return res.LastOffset + 1, 0, nil
 }
 
 // appendIdempotent checks the batch's sequence and appends it under p.mu

@@ -38,6 +38,16 @@ type producerState struct {
 	// (state rebuilt at open, restored, or from an older snapshot): idle
 	// from the next maintenance pass on.
 	LastMs int64 `json:"last_ms,omitempty"`
+	// Marker is the producer's last transaction marker here (txn_partition.go).
+	Marker *lastMarker `json:"marker,omitempty"`
+}
+
+// lastMarker is where a producer's last COMMIT or ABORT marker is on a
+// partition: after a crash, the evidence that a transaction added here
+// before it was decided.
+type lastMarker struct {
+	Offset int64 `json:"offset"`
+	Commit bool  `json:"commit,omitempty"`
 }
 
 var (

@@ -52,7 +52,24 @@ func (s *Server) openTxns(ctx context.Context) error {
 		return err
 	}
 	c.Recover()
+	s.abortUnheld()
 	return nil
+}
+
+// abortUnheld aborts, at start, every transaction open on a partition that
+// no coordinator state holds: batches of a transaction whose add to the
+// partition never became durable (none of them was acknowledged: an
+// acknowledgement waits for the add), or state restored from copies of
+// different ages. Nothing else would ever end them.
+func (s *Server) abortUnheld() {
+	now := s.cfg.Now()
+	for _, t := range s.reg.all() {
+		for _, p := range s.reg.partitionsOf(t) {
+			if p.firstOpen.Load() != 0 {
+				s.abortOrphans(p, now, 0)
+			}
+		}
+	}
 }
 
 // restoreTxns fills a missing transaction log from the bucket's mirror
@@ -93,22 +110,44 @@ func (s *Server) restoreTxns(ctx context.Context, dir string) error {
 }
 
 func (s *Server) txnConfig() txn.Config {
+	cfg := txnHooks(s.txnPartition, s.groups, func() int64 { return s.cfg.Now().UnixMilli() }, s.meta.m.LeaderEpoch)
+	cfg.Logger = s.logger.Named("txn")
+	cfg.Now = s.cfg.Now
+	cfg.MaxTimeout = s.cfg.TransactionMaxTimeout
+	cfg.IDExpiration = s.cfg.TransactionalIDExpiration
+	cfg.NextProducerID = s.meta.nextProducerID
+	return cfg
+}
+
+// txnHooks is the part of the coordinator's configuration that reaches
+// into partitions (markers, their evidence, log ends) and the group
+// coordinator (offsets), on a partition lookup: the broker's, or a test's.
+func txnHooks(lookup func(txn.TP) *partition, groups *group.Coordinator, nowMs func() int64, leaderEpoch int32) txn.Config {
 	return txn.Config{
-		Logger:         s.logger.Named("txn"),
-		Now:            s.cfg.Now,
-		MaxTimeout:     s.cfg.TransactionMaxTimeout,
-		IDExpiration:   s.cfg.TransactionalIDExpiration,
-		NextProducerID: s.meta.nextProducerID,
-		WriteMarkers:   s.writeMarkers,
+		WriteMarkers: func(pid int64, epoch int16, commit bool, parts []txn.TP, addedAt []int64) error {
+			return writeMarkers(lookup, nowMs(), leaderEpoch, pid, epoch, commit, parts, addedAt)
+		},
+		MarkerSince: func(pid int64, tp txn.TP, at int64) (bool, bool) {
+			p := lookup(tp)
+			if p == nil {
+				return false, false
+			}
+			return p.markerSince(pid, at)
+		},
+		LogEnd: func(tp txn.TP) int64 {
+			if p := lookup(tp); p != nil {
+				return p.log.LogEndOffset()
+			}
+			return 0
+		},
 		CommitOffsets: func(g string, offs []txn.Offset, since int64) error {
-			return commitTxnOffsets(s.groups, g, offs, since)
+			return commitTxnOffsets(groups, g, offs, since)
 		},
 		Pending: func(g string, pid int64, parts []txn.TP, pending bool) {
-			setTxnPending(s.groups, g, pid, parts, pending)
+			setTxnPending(groups, g, pid, parts, pending)
 		},
 		PartitionExists: func(topic string, p int32) bool {
-			t := s.reg.get(topic)
-			return t != nil && s.reg.partition(t, p) != nil
+			return lookup(txn.TP{Topic: topic, Partition: p}) != nil
 		},
 	}
 }
@@ -133,12 +172,6 @@ func setTxnPending(groups *group.Coordinator, g string, pid int64, parts []txn.T
 	groups.SetPending(g, pid, l, pending)
 }
 
-// writeMarkers appends producer pid's markers to parts (where it has a
-// transaction open) and waits until they are durable.
-func (s *Server) writeMarkers(pid int64, epoch int16, commit bool, parts []txn.TP) error {
-	return writeMarkers(s.txnPartition, s.cfg.Now().UnixMilli(), s.meta.m.LeaderEpoch, pid, epoch, commit, parts)
-}
-
 // txnPartition returns the partition tp names; nil if it does not exist.
 func (s *Server) txnPartition(tp txn.TP) *partition {
 	t := s.reg.get(tp.Topic)
@@ -152,7 +185,7 @@ func (s *Server) txnPartition(tp txn.TP) *partition {
 // finds, where pid has a transaction open) and waits until they are
 // durable: every partition's marker is appended first, so they share
 // group-commit rounds.
-func writeMarkers(lookup func(txn.TP) *partition, nowMs int64, leaderEpoch int32, pid int64, epoch int16, commit bool, parts []txn.TP) error {
+func writeMarkers(lookup func(txn.TP) *partition, nowMs int64, leaderEpoch int32, pid int64, epoch int16, commit bool, parts []txn.TP, addedAt []int64) error {
 	type wait struct {
 		p    *partition
 		next int64
@@ -164,7 +197,7 @@ func writeMarkers(lookup func(txn.TP) *partition, nowMs int64, leaderEpoch int32
 		if p == nil {
 			return // deleted: nothing of it is read any more
 		}
-		next, err := p.writeMarker(pid, epoch, commit, nowMs, leaderEpoch)
+		next, err := p.writeMarker(pid, epoch, commit, nowMs, leaderEpoch, addedAt[i])
 		waits[i], errs[i] = wait{p, next}, err
 	})
 	for i, w := range waits {

@@ -137,25 +137,9 @@ func openTxnEnv(fsys log.FS, now time.Time, firstID int64) (*txnEnv, error) {
 		e.close()
 		return nil, err
 	}
-	cfg := txn.Config{
-		Logger: zap.NewNop(),
-		Now:    e.now,
-		NextProducerID: func() (int64, error) {
-			return e.nextID.Add(1) - 1, nil
-		},
-		WriteMarkers: func(pid int64, epoch int16, commit bool, parts []txn.TP) error {
-			return writeMarkers(e.lookup, e.nowMs.Load(), 1, pid, epoch, commit, parts)
-		},
-		CommitOffsets: func(g string, offs []txn.Offset, since int64) error {
-			return commitTxnOffsets(e.groups, g, offs, since)
-		},
-		Pending: func(g string, pid int64, parts []txn.TP, pending bool) {
-			setTxnPending(e.groups, g, pid, parts, pending)
-		},
-		PartitionExists: func(topic string, p int32) bool {
-			return e.lookup(txn.TP{Topic: topic, Partition: p}) != nil
-		},
-	}
+	cfg := txnHooks(e.lookup, e.groups, e.nowMs.Load, 1)
+	cfg.Logger, cfg.Now = zap.NewNop(), e.now
+	cfg.NextProducerID = func() (int64, error) { return e.nextID.Add(1) - 1, nil }
 	if e.txns, err = txn.Open(cfg, tl, nil); err != nil {
 		e.close()
 		return nil, fmt.Errorf("load transactions: %w", err)
@@ -368,7 +352,7 @@ func (w *txnWorkload) produce(e *txnEnv, x *crashTxn, p int32, n int) error {
 	part := e.parts[p]
 	var next int64
 	var sp kmsg.ProduceResponseTopicPartition
-	err = e.txns.Produce(x.id, h.ProducerID, h.ProducerEpoch, txn.TP{Topic: txnCrashTopic, Partition: p}, func() error {
+	txnEnd, err := e.txns.Produce(x.id, h.ProducerID, h.ProducerEpoch, txn.TP{Topic: txnCrashTopic, Partition: p}, func() error {
 		var err error
 		next, err = part.appendIdempotent(b, &h, &sp, e.nowMs.Load())
 		return err
@@ -376,8 +360,13 @@ func (w *txnWorkload) produce(e *txnEnv, x *crashTxn, p int32, n int) error {
 	if err != nil {
 		return fmt.Errorf("produce %s to %d: %w", x.id, p, err)
 	}
+	// acks=all, as deferredProduce.finish: the batch and the record that
+	// added its partition.
 	if err := part.log.WaitDurable(next); err != nil {
 		return fmt.Errorf("produce %s to %d: %w", x.id, p, err)
+	}
+	if err := e.txns.WaitDurable(txnEnd); err != nil {
+		return fmt.Errorf("produce %s to %d: transaction log: %w", x.id, p, err)
 	}
 	x.seq[p] += int32(n)
 	x.records[p] = append(x.records[p], values...)
@@ -512,6 +501,15 @@ func recoverTxnEnv(fsys log.FS) (*txnEnv, error) {
 		e.found = append(e.found, in.State)
 	}
 	e.txns.Recover()
+	// As openTxns: the sweep at start of what no coordinator state holds.
+	for _, p := range e.parts {
+		for _, res := range abortUnheldOn(p, e.txns, now, 0, 1) {
+			if res.err != nil {
+				e.close()
+				return nil, fmt.Errorf("abort an unheld transaction on %d: %w", p.index, res.err)
+			}
+		}
+	}
 	e.txns.Maintain(now)
 	return e, nil
 }

@@ -120,13 +120,16 @@ func (p *partition) stableAfterLocked(pid, markerOffset int64) int64 {
 // (control: log.ControlCommit or log.ControlAbort) and returns the aborted
 // index entry to record for an abort (ok false otherwise). p.mu held.
 func (p *partition) closeTxnLocked(pid int64, epoch int16, offset int64, control int16, nowMs int64) (log.AbortedTxn, bool) {
-	if st := p.producers[pid]; st == nil || epoch > st.Epoch {
+	st := p.producers[pid]
+	if st == nil || epoch > st.Epoch {
 		// A marker at a bumped epoch (a fence, or KIP-890's end): the
 		// producer's next batch starts its sequence over.
-		p.producers[pid] = &producerState{Epoch: epoch, LastMs: nowMs}
+		st = &producerState{Epoch: epoch, LastMs: nowMs}
+		p.producers[pid] = st
 	} else {
 		st.LastMs = nowMs
 	}
+	st.Marker = &lastMarker{Offset: offset, Commit: control == log.ControlCommit}
 	first, ok := p.txnOpen[pid]
 	if !ok {
 		return log.AbortedTxn{}, false
@@ -138,11 +141,17 @@ func (p *partition) closeTxnLocked(pid int64, epoch int16, offset int64, control
 }
 
 // writeMarker appends the marker ending pid's transaction here, if it has
-// one open, and returns the offset to wait on for durability (0: nothing
-// written).
-func (p *partition) writeMarker(pid int64, epoch int16, commit bool, nowMs int64, leaderEpoch int32) (int64, error) {
+// one open and no marker of pid is at or after since (the offset where the
+// transaction was added here), and returns the offset to wait on for
+// durability (0: nothing written).
+func (p *partition) writeMarker(pid int64, epoch int16, commit bool, nowMs int64, leaderEpoch int32, since int64) (int64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if st := p.producers[pid]; st != nil && st.Marker != nil && st.Marker.Offset >= since {
+		// This transaction's marker is here already (written before a
+		// crash): what is open now is a later transaction's.
+		return 0, nil
+	}
 	if _, ok := p.txnOpen[pid]; !ok {
 		// Nothing open (the marker was written before a crash, or the
 		// producer never wrote here): only the epoch moves.
@@ -283,11 +292,29 @@ func (s *Server) coldAborted(p *partition, from, upper int64) ([]kmsg.FetchRespo
 }
 
 // abortOrphans aborts transactions open on p that the coordinator does
-// not hold (Holds), once they have stayed so for grace: nothing else would
-// ever end them, and the partition's LSO would stay behind them for ever.
-// Kafka calls these hanging transactions. It is called by the maintenance
-// loop only for partitions with a transaction open.
+// not hold (Holds), once they have stayed so for grace (0: at once, the
+// sweep at start): nothing else would ever end them, and the partition's
+// LSO would stay behind them for ever. Kafka calls these hanging
+// transactions. It is called by the maintenance loop only for partitions
+// with a transaction open.
 func (s *Server) abortOrphans(p *partition, now time.Time, grace time.Duration) {
+	for _, res := range abortUnheldOn(p, s.txns, now, grace, s.meta.m.LeaderEpoch) {
+		if res.err != nil {
+			s.repeat.Warn("abort a hanging transaction", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Int64("producer_id", res.pid), zap.Error(res.err))
+			continue
+		}
+		s.logger.Warn("aborted a transaction no coordinator state holds (hanging)", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Int64("producer_id", res.pid))
+	}
+}
+
+type orphanAbort struct {
+	pid int64
+	err error
+}
+
+// abortUnheldOn is abortOrphans on a coordinator (tests drive it without a
+// Server). It returns the aborts it tried.
+func abortUnheldOn(p *partition, txns *txn.Coordinator, now time.Time, grace time.Duration, leaderEpoch int32) []orphanAbort {
 	p.mu.Lock()
 	var suspects []int64
 	for pid := range p.txnOpen {
@@ -295,8 +322,9 @@ func (s *Server) abortOrphans(p *partition, now time.Time, grace time.Duration) 
 	}
 	p.mu.Unlock()
 	tp := txn.TP{Topic: p.topic.name, Partition: p.index}
+	var out []orphanAbort
 	for _, pid := range suspects {
-		if s.txns.Holds(pid, tp) {
+		if txns.Holds(pid, tp) {
 			p.mu.Lock()
 			delete(p.orphanSince, pid)
 			p.mu.Unlock()
@@ -315,16 +343,30 @@ func (s *Server) abortOrphans(p *partition, now time.Time, grace time.Duration) 
 			epoch = st.Epoch
 		}
 		p.mu.Unlock()
-		if !seen || now.Sub(since) < grace {
+		if grace > 0 && (!seen || now.Sub(since) < grace) {
 			continue
 		}
-		s.logger.Warn("abort a transaction no coordinator state holds (hanging)", zap.String("topic", tp.Topic), zap.Int32("partition", tp.Partition), zap.Int64("producer_id", pid))
-		if _, err := p.writeMarker(pid, epoch, false, now.UnixMilli(), s.meta.m.LeaderEpoch); err != nil {
-			s.repeat.Warn("abort a hanging transaction", zap.String("topic", tp.Topic), zap.Int32("partition", tp.Partition), zap.Error(err))
-			continue
+		next, err := p.writeMarker(pid, epoch, false, now.UnixMilli(), leaderEpoch, math.MaxInt64)
+		if err == nil && next > 0 {
+			err = p.log.WaitDurable(next)
 		}
-		p.mu.Lock()
-		delete(p.orphanSince, pid)
-		p.mu.Unlock()
+		out = append(out, orphanAbort{pid, err})
+		if err == nil {
+			p.mu.Lock()
+			delete(p.orphanSince, pid)
+			p.mu.Unlock()
+		}
 	}
+	return out
+}
+
+// markerSince reports whether pid's last marker here is at or after at,
+// and whether it commits.
+func (p *partition) markerSince(pid, at int64) (commit, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st := p.producers[pid]; st != nil && st.Marker != nil && st.Marker.Offset >= at {
+		return st.Marker.Commit, true
+	}
+	return false, false
 }

@@ -371,3 +371,37 @@ func TestTxnOffsetsPendingUntilCommit(t *testing.T) {
 		t.Fatalf("after abort: offset %d code %d, want 7", off, code)
 	}
 }
+
+// TestTxnUnheldAbortedAtStart: a transaction open on a partition that no
+// coordinator state holds (here: the transaction log lost) is aborted at
+// start, so the partition's LSO does not stay behind it.
+func TestTxnUnheldAbortedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	ts := startServer(t, dir)
+	ctx := ctxT(t)
+	_, adm := client(t, ts.addr)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "u"); err != nil {
+		t.Fatal(err)
+	}
+	cl := txnClient(t, ts.addr, "u", "u")
+	produceTxn(t, ctx, cl, "u", 0, true, "kept")
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "u", Value: []byte("orphan")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	addr := ts.addr
+	ts.stop(t)
+	if err := os.RemoveAll(filepath.Join(dir, txnDir)); err != nil {
+		t.Fatal(err)
+	}
+	ts2 := startServerAt(t, Config{DataDir: dir, AutoCreateTopics: true}, addr)
+	p := ts2.reg.partition(ts2.reg.get("u"), 0)
+	if lso, hw := p.lastStable(p.log.HighWatermark()), p.log.HighWatermark(); lso != hw {
+		t.Fatalf("LSO %d behind the high watermark %d: the unheld transaction was not aborted", lso, hw)
+	}
+	if got := readValues(t, ts2.addr, "u", true); !equalStrings(got, []string{"kept"}) {
+		t.Fatalf("read_committed: %v", got)
+	}
+}

@@ -48,9 +48,18 @@ type Config struct {
 	// NextProducerID hands out a producer id never used before.
 	NextProducerID func() (int64, error)
 	// WriteMarkers appends a COMMIT (commit) or ABORT marker of producer
-	// pid at epoch to each partition in parts where pid has an open
-	// transaction, and returns once they are durable.
-	WriteMarkers func(pid int64, epoch int16, commit bool, parts []TP) error
+	// pid at epoch to each partition parts[i] where pid has an open
+	// transaction and no marker at or after addedAt[i] (the partition's log
+	// end when it was added: such a marker is this transaction's, written
+	// before a crash), and returns once they are durable.
+	WriteMarkers func(pid int64, epoch int16, commit bool, parts []TP, addedAt []int64) error
+	// MarkerSince reports whether partition p holds a marker of producer
+	// pid at or after offset at, and which: the evidence, after a crash,
+	// that a transaction whose Prepare record was lost had been decided.
+	MarkerSince func(pid int64, p TP, at int64) (commit, ok bool)
+	// LogEnd is a partition's log end offset (recorded when it is added to
+	// a transaction).
+	LogEnd func(p TP) int64
 	// CommitOffsets writes a group's offsets durably (a transaction's
 	// offsets, at its commit). since > 0 (an end resumed after a crash or a
 	// failure, decided at since, Unix ms): partitions whose offset was
@@ -79,7 +88,13 @@ func (c *Config) setDefaults() {
 		c.IDExpiration = 7 * 24 * time.Hour
 	}
 	if c.WriteMarkers == nil {
-		c.WriteMarkers = func(int64, int16, bool, []TP) error { return nil }
+		c.WriteMarkers = func(int64, int16, bool, []TP, []int64) error { return nil }
+	}
+	if c.MarkerSince == nil {
+		c.MarkerSince = func(int64, TP, int64) (bool, bool) { return false, false }
+	}
+	if c.LogEnd == nil {
+		c.LogEnd = func(TP) int64 { return 0 }
 	}
 	if c.CommitOffsets == nil {
 		c.CommitOffsets = func(string, []Offset, int64) error { return nil }
@@ -219,12 +234,41 @@ func (c *Coordinator) Recover() {
 				c.cfg.Logger.Warn("finish a transaction after restart (retried by maintenance)", zap.String("transactional_id", t.id), zap.Error(err))
 			}
 		case Ongoing:
+			if commit, ok := c.decidedLocked(t); ok {
+				// The end's Prepare record was lost, one of its markers
+				// was not: the transaction was decided. Finished so.
+				c.cfg.Logger.Info("finish a transaction decided before the restart (its marker survived)", zap.String("transactional_id", t.id), zap.Bool("commit", commit))
+				t.state = PrepareAbort
+				if commit {
+					t.state = PrepareCommit
+				}
+				err := c.persistLocked(t)
+				if err == nil {
+					err = c.completeLocked(t, true)
+				}
+				if err != nil {
+					c.cfg.Logger.Warn("finish a transaction after restart (retried by maintenance)", zap.String("transactional_id", t.id), zap.Error(err))
+				}
+				break
+			}
 			for g, offs := range t.groups {
 				c.cfg.Pending(g, t.producerID, offsetTPs(offs), true)
 			}
 		}
 		t.mu.Unlock()
 	}
+}
+
+// decidedLocked looks for a marker of t's producer on one of its
+// partitions since the partition was added: the evidence of an end
+// decided before a crash. t.mu held.
+func (c *Coordinator) decidedLocked(t *txn) (commit, ok bool) {
+	for _, p := range t.partitionList() {
+		if commit, ok := c.cfg.MarkerSince(t.producerID, p, t.partitions[p]); ok {
+			return commit, true
+		}
+	}
+	return false, false
 }
 
 func offsetTPs(offs map[TP]Offset) []TP {
@@ -250,24 +294,33 @@ func (c *Coordinator) append(recs []recordlog.Record) error {
 	return nil
 }
 
-// persistLocked writes t's state. t.mu held.
+// persistLocked writes t's state and waits until it is durable. t.mu held.
 func (c *Coordinator) persistLocked(t *txn) error {
-	t.updateMs = c.cfg.Now().UnixMilli()
-	return c.append([]recordlog.Record{encodeRecord(t.id, t.toValue())})
+	if err := c.persistSoonLocked(t); err != nil {
+		return err
+	}
+	return c.log.WaitDurable(t.logEnd)
 }
 
-// persistSoonLocked writes t's state without waiting for it to be durable:
-// the Complete record of an end whose markers and offsets are durable. If a
-// crash loses it, the Prepare record before it makes Recover finish the
-// same end again (markers are idempotent, offsets guarded by time), and
-// anything the id does next (an add, an init) is a later record of the same
-// log, durable only with it. t.mu held.
+// persistSoonLocked writes t's state without waiting for it to be durable
+// (t.logEnd is the offset to wait for): the records whose loss a crash
+// cannot turn into a wrong outcome. An add (AddPartitions, AddOffsets):
+// the transaction's batches are acknowledged only once the log is durable
+// past it (Produce's wait offset), and a partition's open transaction no
+// durable record holds is aborted at start (the broker's sweep). A Prepare:
+// the end waits for it together with its markers, and a marker found after
+// a crash decides a transaction whose Prepare was lost (Recover). A
+// Complete: Prepare and markers are durable before it, and a lost one is
+// finished again from Prepare (markers written only where none is since
+// the add, offsets guarded by time). t.mu held.
 func (c *Coordinator) persistSoonLocked(t *txn) error {
 	t.updateMs = c.cfg.Now().UnixMilli()
 	b := recordlog.Encode([]recordlog.Record{encodeRecord(t.id, t.toValue())}, c.cfg.Now())
-	if _, err := c.log.Append(b); err != nil {
+	res, err := c.log.Append(b)
+	if err != nil {
 		return err
 	}
+	t.logEnd = res.LastOffset + 1
 	c.sinceCompact.Add(int64(len(b)))
 	c.changes.Add(1)
 	return nil
@@ -358,7 +411,7 @@ func (c *Coordinator) InitProducerID(id string, timeoutMs int32, reqPID int64, r
 			c.forgetLocked(t)
 			return -1, -1, kerr.CoordinatorNotAvailable
 		}
-		t.epoch, t.timeoutMs, t.state, t.partitions = 0, timeoutMs, Empty, map[TP]struct{}{}
+		t.epoch, t.timeoutMs, t.state, t.partitions = 0, timeoutMs, Empty, map[TP]int64{}
 		c.setPIDLocked(t, pid)
 		if err := c.persistLocked(t); err != nil {
 			c.forgetLocked(t)
@@ -407,7 +460,7 @@ func (c *Coordinator) InitProducerID(id string, timeoutMs int32, reqPID int64, r
 			return -1, -1, kerr.CoordinatorNotAvailable
 		}
 	}
-	t.state, t.timeoutMs, t.partitions, t.groups, t.startMs = Empty, timeoutMs, map[TP]struct{}{}, nil, 0
+	t.state, t.timeoutMs, t.partitions, t.groups, t.startMs = Empty, timeoutMs, map[TP]int64{}, nil, 0
 	if err := c.persistLocked(t); err != nil {
 		c.restoreLocked(t, prev, prevParts, prevGroups)
 		return -1, -1, kerr.CoordinatorNotAvailable
@@ -417,7 +470,7 @@ func (c *Coordinator) InitProducerID(id string, timeoutMs int32, reqPID int64, r
 
 // restoreLocked puts t back as it was before a change that could not be
 // made durable.
-func (c *Coordinator) restoreLocked(t *txn, prev meta, parts map[TP]struct{}, groups map[string]map[TP]Offset) {
+func (c *Coordinator) restoreLocked(t *txn, prev meta, parts map[TP]int64, groups map[string]map[TP]Offset) {
 	pid := prev.producerID
 	t.epoch, t.lastProducerID, t.lastEpoch = prev.epoch, prev.lastProducerID, prev.lastEpoch
 	t.timeoutMs, t.state, t.startMs, t.updateMs = prev.timeoutMs, prev.state, prev.startMs, prev.updateMs
@@ -487,7 +540,7 @@ func (c *Coordinator) beginLocked(t *txn) *kerr.Error {
 	case Ongoing:
 	case Empty, CompleteCommit, CompleteAbort:
 		t.state, t.startMs = Ongoing, c.cfg.Now().UnixMilli()
-		t.partitions, t.groups = map[TP]struct{}{}, nil
+		t.partitions, t.groups = map[TP]int64{}, nil
 	case PrepareCommit, PrepareAbort:
 		return kerr.ConcurrentTransactions
 	default:
@@ -552,18 +605,24 @@ func (c *Coordinator) AddPartitions(id string, pid int64, epoch int16, parts []T
 		}
 	}
 	prev := t.meta
-	prevParts := make(map[TP]struct{}, len(t.partitions))
-	for p := range t.partitions {
-		prevParts[p] = struct{}{}
+	prevParts := make(map[TP]int64, len(t.partitions))
+	for p, at := range t.partitions {
+		prevParts[p] = at
 	}
 	prevGroups := t.groups
 	if e := c.beginLocked(t); e != nil {
 		return nil, e
 	}
 	for _, p := range parts {
-		t.partitions[p] = struct{}{}
+		if _, ok := t.partitions[p]; !ok {
+			t.partitions[p] = c.cfg.LogEnd(p)
+		}
 	}
-	if err := c.persistLocked(t); err != nil {
+	// Not waited for: a batch of the transaction is acknowledged only once
+	// the transaction log is durable up to here (Produce's wait offset),
+	// and whatever a crash leaves on a partition that no durable record
+	// added is aborted at the next start (AbortUnheld).
+	if err := c.persistSoonLocked(t); err != nil {
 		c.restoreLocked(t, prev, prevParts, prevGroups)
 		return nil, kerr.CoordinatorNotAvailable
 	}
@@ -596,7 +655,7 @@ func (c *Coordinator) AddOffsets(id string, pid int64, epoch int16, group string
 	}
 	groups[group] = map[TP]Offset{}
 	t.groups = groups
-	if err := c.persistLocked(t); err != nil {
+	if err := c.persistSoonLocked(t); err != nil { // the TxnOffsetCommit that follows waits
 		c.restoreLocked(t, prev, prevParts, prevGroups)
 		return kerr.CoordinatorNotAvailable
 	}
@@ -739,7 +798,11 @@ func (c *Coordinator) endLocked(t *txn, commit, bump, fence bool) error {
 	if commit {
 		t.state = PrepareCommit
 	}
-	if err := c.persistLocked(t); err != nil {
+	// The decision and the markers become durable together (one
+	// group-commit round): completeLocked waits for both before anything
+	// else. A crash in between leaves the Prepare record, or a marker, or
+	// neither (then nothing is decided and the client, unanswered, retries).
+	if err := c.persistSoonLocked(t); err != nil {
 		c.restoreLocked(t, prev, prevParts, prevGroups)
 		return err
 	}
@@ -757,9 +820,18 @@ func (c *Coordinator) completeLocked(t *txn, resumed bool) error {
 	}
 	parts := t.partitionList()
 	if len(parts) > 0 {
-		if err := c.cfg.WriteMarkers(t.producerID, t.epoch, commit, parts); err != nil {
+		at := make([]int64, len(parts))
+		for i, p := range parts {
+			at[i] = t.partitions[p]
+		}
+		if err := c.cfg.WriteMarkers(t.producerID, t.epoch, commit, parts, at); err != nil {
 			return fmt.Errorf("write markers: %w", err)
 		}
+	}
+	// The decision is durable before any offset is committed or the end
+	// answered (usually synced in the markers' round already).
+	if err := c.log.WaitDurable(t.logEnd); err != nil {
+		return fmt.Errorf("transaction log: %w", err)
 	}
 	groups := make([]string, 0, len(t.groups))
 	for g := range t.groups {
@@ -798,22 +870,23 @@ func (c *Coordinator) completeLocked(t *txn, resumed bool) error {
 		c.setPIDLocked(t, pid)
 		t.epoch = 0
 	}
-	t.state, t.partitions, t.groups = state, map[TP]struct{}{}, nil
+	t.state, t.partitions, t.groups = state, map[TP]int64{}, nil
 	return c.persistSoonLocked(t)
 }
 
 // Produce runs appendFn (the append of a transactional batch of producer
 // pid at epoch to partition p, in a request naming transactional id id) if
-// p is in pid's open transaction of that id; else it
+// p is in pid's open transaction of that id, and returns the transaction
+// log offset the batch's acknowledgement waits for (WaitDurable); else it
 // returns ErrFenced or ErrInvalidTxnState. appendFn runs under the
 // transaction's lock, so the transaction cannot end between the check and
 // the append.
-func (c *Coordinator) Produce(id string, pid int64, epoch int16, p TP, appendFn func() error) error {
+func (c *Coordinator) Produce(id string, pid int64, epoch int16, p TP, appendFn func() error) (logEnd int64, err error) {
 	c.mu.Lock()
 	t := c.byPID[pid]
 	c.mu.Unlock()
 	if t == nil {
-		return ErrInvalidTxnState
+		return 0, ErrInvalidTxnState
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -821,17 +894,22 @@ func (c *Coordinator) Produce(id string, pid int64, epoch int16, p TP, appendFn 
 	case t.producerID != pid || t.state == Dead || t.id != id:
 		// (A batch of another transactional id's producer: the request's
 		// id is the one its ACLs were checked against.)
-		return ErrInvalidTxnState
+		return 0, ErrInvalidTxnState
 	case epoch != t.epoch:
-		return ErrFenced
+		return 0, ErrFenced
 	case t.state != Ongoing:
-		return ErrInvalidTxnState
+		return 0, ErrInvalidTxnState
 	}
 	if _, ok := t.partitions[p]; !ok {
-		return ErrInvalidTxnState
+		return 0, ErrInvalidTxnState
 	}
-	return appendFn()
+	return t.logEnd, appendFn()
 }
+
+// WaitDurable waits until the transaction log is durable up to logEnd (a
+// transactional batch's acknowledgement waits for the record that added
+// its partition).
+func (c *Coordinator) WaitDurable(logEnd int64) error { return c.log.WaitDurable(logEnd) }
 
 // Maintain aborts transactions open past their timeout (the producer is
 // fenced: the abort bumps the epoch), finishes ends that failed part way,

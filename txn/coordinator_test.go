@@ -33,7 +33,7 @@ func (f *fakeBroker) config(t *testing.T, now func() time.Time) Config {
 			f.nextPID++
 			return f.nextPID - 1, nil
 		},
-		WriteMarkers: func(pid int64, epoch int16, commit bool, parts []TP) error {
+		WriteMarkers: func(pid int64, epoch int16, commit bool, parts []TP, _ []int64) error {
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			if f.failMark {
@@ -161,7 +161,7 @@ func TestInitProducerIDBumpsAndFences(t *testing.T) {
 	if _, _, err := e.c.InitProducerID("a", 60000, pid, epoch2); err != kerr.ProducerFenced {
 		t.Fatalf("the fenced producer's init: %v, want PRODUCER_FENCED (not taken for a retry)", err)
 	}
-	if err := e.c.Produce("a", pid, epoch2, TP{"t", 0}, func() error { return nil }); !errors.Is(err, ErrFenced) {
+	if _, err := e.c.Produce("a", pid, epoch2, TP{"t", 0}, func() error { return nil }); !errors.Is(err, ErrFenced) {
 		t.Fatalf("produce at the fenced epoch: %v", err)
 	}
 }
@@ -171,7 +171,7 @@ func TestEndTxnCommitsOffsetsAndRetries(t *testing.T) {
 	e := open(t, t.TempDir(), f, nil)
 	defer e.close()
 	pid, epoch := mustInit(t, e.c, "a")
-	if err := e.c.Produce("a", pid, epoch, TP{"t", 0}, func() error { return nil }); !errors.Is(err, ErrInvalidTxnState) {
+	if _, err := e.c.Produce("a", pid, epoch, TP{"t", 0}, func() error { return nil }); !errors.Is(err, ErrInvalidTxnState) {
 		t.Fatalf("produce before AddPartitions: %v", err)
 	}
 	if _, err := e.c.TxnOffsetCommit("a", pid, epoch, "g", []Offset{{Topic: "t", Partition: 0, Offset: 5}}); err != kerr.InvalidTxnState {
@@ -192,10 +192,10 @@ func TestEndTxnCommitsOffsetsAndRetries(t *testing.T) {
 	if f.pending["g"] != 1 {
 		t.Fatalf("pending: %v", f.pending)
 	}
-	if err := e.c.Produce("a", pid, epoch, TP{"t", 1}, func() error { return nil }); err != nil {
+	if _, err := e.c.Produce("a", pid, epoch, TP{"t", 1}, func() error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.c.Produce("other", pid, epoch, TP{"t", 1}, func() error { return nil }); !errors.Is(err, ErrInvalidTxnState) {
+	if _, err := e.c.Produce("other", pid, epoch, TP{"t", 1}, func() error { return nil }); !errors.Is(err, ErrInvalidTxnState) {
 		t.Fatalf("a batch of a's producer in a request naming another id: %v", err)
 	}
 	if _, _, err := e.c.EndTxn("a", pid, epoch, true, false); err != nil {

@@ -68,7 +68,8 @@ type value struct {
 	TimeoutMs      int32               `json:"timeout_ms"`
 	State          State               `json:"state"`
 	Partitions     []TP                `json:"partitions,omitempty"`
-	Groups         map[string][]Offset `json:"groups,omitempty"` // groups added (AddOffsetsToTxn) with their pending offsets
+	AddedAt        []int64             `json:"added_at,omitempty"` // per partition: its log end when added
+	Groups         map[string][]Offset `json:"groups,omitempty"`   // groups added (AddOffsetsToTxn) with their pending offsets
 	StartMs        int64               `json:"start_ms,omitempty"`
 	UpdateMs       int64               `json:"update_ms"`
 }
@@ -95,16 +96,21 @@ type meta struct {
 	lastEpoch      int16
 	timeoutMs      int32
 	state          State
-	partitions     map[TP]struct{}
+	partitions     map[TP]int64 // the partitions of the open transaction, each with its log end when added
 	groups         map[string]map[TP]Offset
 	startMs        int64
 	updateMs       int64
+	logEnd         int64 // the transaction log's end after this id's last record (not kept in the record)
 }
 
 func (t *txn) toValue() *value {
 	v := &value{ProducerID: t.producerID, Epoch: t.epoch, LastProducerID: t.lastProducerID, LastEpoch: t.lastEpoch,
 		TimeoutMs: t.timeoutMs, State: t.state, StartMs: t.startMs, UpdateMs: t.updateMs}
 	v.Partitions = t.partitionList()
+	v.AddedAt = make([]int64, len(v.Partitions))
+	for i, p := range v.Partitions {
+		v.AddedAt[i] = t.partitions[p]
+	}
 	if len(t.groups) > 0 {
 		v.Groups = make(map[string][]Offset, len(t.groups))
 		for g, offs := range t.groups {
@@ -135,9 +141,13 @@ func (t *txn) partitionList() []TP {
 func (t *txn) fromValue(v *value) {
 	t.producerID, t.epoch, t.lastProducerID, t.lastEpoch = v.ProducerID, v.Epoch, v.LastProducerID, v.LastEpoch
 	t.timeoutMs, t.state, t.startMs, t.updateMs = v.TimeoutMs, v.State, v.StartMs, v.UpdateMs
-	t.partitions = make(map[TP]struct{}, len(v.Partitions))
-	for _, p := range v.Partitions {
-		t.partitions[p] = struct{}{}
+	t.partitions = make(map[TP]int64, len(v.Partitions))
+	for i, p := range v.Partitions {
+		at := int64(0) // (no offset recorded: any marker after the log start counts)
+		if i < len(v.AddedAt) {
+			at = v.AddedAt[i]
+		}
+		t.partitions[p] = at
 	}
 	t.groups = nil
 	for g, offs := range v.Groups {
