@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -54,39 +55,48 @@ func (s *Server) openGroups(ctx context.Context) error {
 	return nil
 }
 
-// restoreGroups fills a missing group log from the bucket's mirror. The
-// log is written under another name and renamed into place once durable,
-// so a crash part way leaves no group log and the next start restores
-// again (a partial log would load as complete, and its first mirror would
-// overwrite the bucket's good copy).
+// restoreGroups fills a missing group log from the bucket's mirror.
 func (s *Server) restoreGroups(ctx context.Context, dir string) error {
+	return s.restoreStateLog(ctx, dir, groupsKey, "groups", group.LogConfig(), func(lp *log.Partition, seed []byte) error {
+		c, err := group.Open(s.groupConfig(), lp, seed)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+}
+
+// restoreStateLog fills a missing state log (the group or transaction
+// log, in dir) from the bucket's mirror at key: seed opens the log and
+// writes the mirror into it. The log is written under another name and
+// renamed into place once durable, so a crash part way leaves no log and
+// the next start restores again (a partial log would load as complete, and
+// its first mirror would overwrite the bucket's good copy).
+func (s *Server) restoreStateLog(ctx context.Context, dir, key, what string, cfg log.Config, seed func(lp *log.Partition, b []byte) error) error {
 	tmp := dir + ".restore"
 	if err := os.RemoveAll(tmp); err != nil { // an interrupted restore
 		return err
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-		return err // a group log exists (or cannot be looked at)
+		return err // a log exists (or cannot be looked at)
 	}
-	seed, err := s.cfg.Tier.Store().GetRange(ctx, groupsKey, 0, -1)
+	b, err := s.cfg.Tier.Store().GetRange(ctx, key, 0, -1)
 	if errors.Is(err, tiering.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("broker: restore groups: read %s from the tiered store: %w", groupsKey, err)
+		return fmt.Errorf("broker: restore %s: read %s from the tiered store: %w", what, key, err)
 	}
-	lp, err := s.store.OpenPartition(tmp, group.LogConfig())
+	lp, err := s.store.OpenPartition(tmp, cfg)
 	if err != nil {
-		return fmt.Errorf("broker: restore groups: %w", err)
+		return fmt.Errorf("broker: restore %s: %w", what, err)
 	}
-	c, err := group.Open(s.groupConfig(), lp, seed)
-	if err == nil {
-		c.Close()
-	}
+	err = seed(lp, b)
 	if cerr := lp.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("broker: restore groups: %w", err)
+		return fmt.Errorf("broker: restore %s: %w", what, err)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		return err
@@ -121,17 +131,24 @@ func (s *Server) maintainGroups(now time.Time) {
 // mirrorGroups copies the group state to the bucket if it changed since the
 // last copy (best effort: retried next pass).
 func (s *Server) mirrorGroups(ctx context.Context) {
-	if s.groups.Changes() == s.groupsMirrored.Load() {
+	s.mirrorStateLog(ctx, groupsKey, "groups", s.groups.Changes(), s.groups.Snapshot, &s.groupsMirrored)
+}
+
+// mirrorStateLog copies a state log's snapshot to the bucket at key if its
+// change count moved since the copy mirrored records (best effort: retried
+// next pass).
+func (s *Server) mirrorStateLog(ctx context.Context, key, what string, changes uint64, snapshot func() ([]byte, uint64), mirrored *atomic.Uint64) {
+	if changes == mirrored.Load() {
 		return
 	}
-	b, n := s.groups.Snapshot()
+	b, n := snapshot()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := s.cfg.Tier.PutMeta(ctx, groupsKey, b); err != nil {
-		s.repeat.Warn("mirror groups to the tiered store", zap.Error(err)) // each pass while the bucket is away
+	if err := s.cfg.Tier.PutMeta(ctx, key, b); err != nil {
+		s.repeat.Warn("mirror "+what+" to the tiered store", zap.Error(err)) // each pass while the bucket is away
 		return
 	}
-	s.groupsMirrored.Store(n)
+	mirrored.Store(n)
 }
 
 func (s *Server) clientOf(c *conn, req string) group.Client {

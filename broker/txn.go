@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/synapsebroker/synapse/group"
 	"github.com/synapsebroker/synapse/internal/parallel"
 	"github.com/synapsebroker/synapse/log"
-	"github.com/synapsebroker/synapse/tiering"
 	"github.com/synapsebroker/synapse/txn"
 )
 
@@ -72,41 +70,15 @@ func (s *Server) abortUnheld() {
 	}
 }
 
-// restoreTxns fills a missing transaction log from the bucket's mirror
-// (written aside, renamed into place once durable, as restoreGroups).
+// restoreTxns fills a missing transaction log from the bucket's mirror.
 func (s *Server) restoreTxns(ctx context.Context, dir string) error {
-	tmp := dir + ".restore"
-	if err := os.RemoveAll(tmp); err != nil {
+	return s.restoreStateLog(ctx, dir, txnKey, "transactions", txn.LogConfig(), func(lp *log.Partition, seed []byte) error {
+		c, err := txn.Open(txn.Config{Logger: s.logger.Named("txn")}, lp, seed)
+		if err == nil {
+			c.Close()
+		}
 		return err
-	}
-	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	seed, err := s.cfg.Tier.Store().GetRange(ctx, txnKey, 0, -1)
-	if errors.Is(err, tiering.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("broker: restore transactions: read %s from the tiered store: %w", txnKey, err)
-	}
-	lp, err := s.store.OpenPartition(tmp, txn.LogConfig())
-	if err != nil {
-		return fmt.Errorf("broker: restore transactions: %w", err)
-	}
-	c, err := txn.Open(txn.Config{Logger: s.logger.Named("txn")}, lp, seed)
-	if err == nil {
-		c.Close()
-	}
-	if cerr := lp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("broker: restore transactions: %w", err)
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return err
-	}
-	return log.OSFS.SyncDir(s.cfg.DataDir)
+	})
 }
 
 func (s *Server) txnConfig() txn.Config {
@@ -226,17 +198,9 @@ func (s *Server) maintainTxns(now time.Time) {
 }
 
 func (s *Server) mirrorTxns(ctx context.Context) {
-	if s.txns == nil || s.txns.Changes() == s.txnsMirrored.Load() {
-		return
+	if s.txns != nil {
+		s.mirrorStateLog(ctx, txnKey, "transactions", s.txns.Changes(), s.txns.Snapshot, &s.txnsMirrored)
 	}
-	b, n := s.txns.Snapshot()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := s.cfg.Tier.PutMeta(ctx, txnKey, b); err != nil {
-		s.repeat.Warn("mirror transactions to the tiered store", zap.Error(err))
-		return
-	}
-	s.txnsMirrored.Store(n)
 }
 
 func (s *Server) closeTxns() {

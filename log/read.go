@@ -438,47 +438,8 @@ func (p *Partition) findTimestamp(seg *segment, h *handle, ts, limit, ls int64) 
 }
 
 // ScanHeaders calls fn with the header of every batch from the one
-// containing offset up to the log end, reading only headers. fn returning
-// false stops the scan. Used to rebuild state kept beside the log (producer
-// sequences) after a restart.
+// containing offset up to the log end, reading only headers (ScanBatches
+// without the control types). fn returning false stops the scan.
 func (p *Partition) ScanHeaders(offset int64, fn func(h *BatchHeader) bool) error {
-	for _, seg := range p.segments() {
-		if seg.next.Load() <= offset {
-			continue
-		}
-		h, err := p.store.cache.acquire(seg, mayWait)
-		if err != nil {
-			return err
-		}
-		limit := seg.size.Load()
-		sc := newHeaderScanner(h.f, seg.logPath, limit)
-		pos := int64(0)
-		if offset > seg.base {
-			if ix, err := p.segmentIndex(seg, h); err == nil {
-				seg.mu.RLock()
-				pos = ix.lookup(seg.base, offset)
-				seg.mu.RUnlock()
-			}
-		}
-		for pos < limit {
-			hdr, err := sc.header(pos)
-			if err != nil {
-				sc.close()
-				p.store.cache.release(h)
-				return err
-			}
-			pos += int64(hdr.Length)
-			if hdr.LastOffset() < offset {
-				continue
-			}
-			if !fn(&hdr) {
-				sc.close()
-				p.store.cache.release(h)
-				return nil
-			}
-		}
-		sc.close()
-		p.store.cache.release(h)
-	}
-	return nil
+	return p.ScanBatches(offset, func(h *BatchHeader, _ int16) bool { return fn(h) })
 }

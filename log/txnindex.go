@@ -513,10 +513,14 @@ func (p *Partition) openTxn(seg *segment, active bool) error {
 	return err
 }
 
-// ScanBatches is ScanHeaders that also gives each control batch's control
-// type (ControlAbort, ControlCommit, …), read from the key of the batch's
-// first record a few bytes after the header (control batches are never
-// compressed); -1 for other batches or when the key cannot be read.
+// ScanBatches calls fn with the header of every batch from the one
+// containing offset up to the log end, reading only headers, and with each
+// control batch's control type (ControlAbort, ControlCommit, …), read from
+// the key of the batch's first record a few bytes after the header (control
+// batches are never compressed); -1 for other batches or when the key
+// cannot be read. fn returning false stops the scan. Used to rebuild state
+// kept beside the log (producer sequences, open transactions) after a
+// restart.
 func (p *Partition) ScanBatches(offset int64, fn func(h *BatchHeader, control int16) bool) error {
 	for _, seg := range p.segments() {
 		if seg.next.Load() <= offset {
