@@ -102,7 +102,11 @@ func (p *partition) checkSequence(h *log.BatchHeader) (dup int64, err error) {
 func (p *partition) recordSequence(h *log.BatchHeader, nowMs int64) {
 	st := p.producers[h.ProducerID]
 	if st == nil || h.ProducerEpoch > st.Epoch {
-		st = &producerState{Epoch: h.ProducerEpoch}
+		var m *lastMarker
+		if st != nil {
+			m = st.Marker // a new epoch starts the sequences over, not the marker's evidence
+		}
+		st = &producerState{Epoch: h.ProducerEpoch, Marker: m}
 		p.producers[h.ProducerID] = st
 	}
 	st.LastMs = nowMs
@@ -257,8 +261,12 @@ func (p *partition) producerSnapshotBelow(end, idEnd int64) []byte {
 				keep = append(keep, b)
 			}
 		}
-		if len(keep) > 0 {
-			snap.Producers[id] = &producerState{Epoch: st.Epoch, Batches: keep, LastMs: st.LastMs}
+		var m *lastMarker
+		if st.Marker != nil && st.Marker.Offset < end {
+			m = st.Marker
+		}
+		if len(keep) > 0 || m != nil {
+			snap.Producers[id] = &producerState{Epoch: st.Epoch, Batches: keep, LastMs: st.LastMs, Marker: m}
 		}
 	}
 	if len(snap.Producers) == 0 && len(snap.Open) == 0 {
@@ -307,8 +315,12 @@ func restoredProducers(b []byte, next int64) (keep map[int64]*producerState, ope
 				bs = append(bs, b)
 			}
 		}
-		if n := len(bs); n > 0 {
-			keep[id] = &producerState{Epoch: st.Epoch, Batches: bs[max(0, n-producerWindow):]}
+		var m *lastMarker
+		if st.Marker != nil && st.Marker.Offset >= 0 && st.Marker.Offset < end {
+			m = st.Marker
+		}
+		if n := len(bs); n > 0 || m != nil {
+			keep[id] = &producerState{Epoch: st.Epoch, Batches: bs[max(0, n-producerWindow):], Marker: m}
 		}
 	}
 	return keep, open, floor, nil

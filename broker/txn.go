@@ -107,8 +107,13 @@ func txnHooks(lookup func(txn.TP) *partition, groups *group.Coordinator, nowMs f
 			return p.markerSince(pid, at)
 		},
 		LogEnd: func(tp txn.TP) int64 {
+			// The durable end, not the log end: what a power loss may
+			// take back (other producers' unsynced batches) must not
+			// raise the bound a marker of this transaction is looked for
+			// above. The last transaction's markers are below it (durable
+			// before its end was answered), this one's batches above.
 			if p := lookup(tp); p != nil {
-				return p.log.LogEndOffset()
+				return p.log.HighWatermark()
 			}
 			return 0
 		},

@@ -147,7 +147,7 @@ func (p *partition) closeTxnLocked(pid int64, epoch int16, offset int64, control
 func (p *partition) writeMarker(pid int64, epoch int16, commit bool, nowMs int64, leaderEpoch int32, since int64) (int64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if st := p.producers[pid]; st != nil && st.Marker != nil && st.Marker.Offset >= since {
+	if st := p.producers[pid]; since >= 0 && st != nil && st.Marker != nil && st.Marker.Offset >= since {
 		// This transaction's marker is here already (written before a
 		// crash): what is open now is a later transaction's.
 		return 0, nil
@@ -156,7 +156,7 @@ func (p *partition) writeMarker(pid int64, epoch int16, commit bool, nowMs int64
 		// Nothing open (the marker was written before a crash, or the
 		// producer never wrote here): only the epoch moves.
 		if st := p.producers[pid]; st != nil && epoch > st.Epoch {
-			p.producers[pid] = &producerState{Epoch: epoch, LastMs: nowMs}
+			p.producers[pid] = &producerState{Epoch: epoch, LastMs: nowMs, Marker: st.Marker}
 		}
 		return 0, nil
 	}
@@ -316,14 +316,14 @@ type orphanAbort struct {
 // Server). It returns the aborts it tried.
 func abortUnheldOn(p *partition, txns *txn.Coordinator, now time.Time, grace time.Duration, leaderEpoch int32) []orphanAbort {
 	p.mu.Lock()
-	var suspects []int64
-	for pid := range p.txnOpen {
-		suspects = append(suspects, pid)
+	suspects := make(map[int64]int64, len(p.txnOpen)) // pid → first offset of its open range
+	for pid, first := range p.txnOpen {
+		suspects[pid] = first
 	}
 	p.mu.Unlock()
 	tp := txn.TP{Topic: p.topic.name, Partition: p.index}
 	var out []orphanAbort
-	for _, pid := range suspects {
+	for pid, first := range suspects {
 		if txns.Holds(pid, tp) {
 			p.mu.Lock()
 			delete(p.orphanSince, pid)
@@ -338,19 +338,46 @@ func abortUnheldOn(p *partition, txns *txn.Coordinator, now time.Time, grace tim
 			}
 			p.orphanSince[pid] = now
 		}
-		epoch := int16(0)
-		if st := p.producers[pid]; st != nil {
-			epoch = st.Epoch
-		}
 		p.mu.Unlock()
 		if grace > 0 && (!seen || now.Sub(since) < grace) {
 			continue
 		}
-		next, err := p.writeMarker(pid, epoch, false, now.UnixMilli(), leaderEpoch, math.MaxInt64)
+		var next int64
+		// Checked again under the transactional id's lock, and only the
+		// same open range (a transaction that began since is not it).
+		ran, err := txns.IfUnheld(pid, tp, func() error {
+			p.mu.Lock()
+			cur, open := p.txnOpen[pid]
+			epoch := int16(0)
+			if st := p.producers[pid]; st != nil {
+				epoch = st.Epoch
+			}
+			p.mu.Unlock()
+			if !open || cur != first {
+				return nil
+			}
+			var err error
+			next, err = p.writeMarker(pid, epoch, false, now.UnixMilli(), leaderEpoch, -1)
+			if err == nil {
+				// The aborted batches' sequences are forgotten: a retry of
+				// one must not be answered as the aborted batch.
+				p.mu.Lock()
+				if st := p.producers[pid]; st != nil {
+					st.Batches = nil
+				}
+				p.mu.Unlock()
+			}
+			return err
+		})
+		if !ran {
+			continue
+		}
 		if err == nil && next > 0 {
 			err = p.log.WaitDurable(next)
 		}
-		out = append(out, orphanAbort{pid, err})
+		if next > 0 || err != nil {
+			out = append(out, orphanAbort{pid, err})
+		}
 		if err == nil {
 			p.mu.Lock()
 			delete(p.orphanSince, pid)
@@ -365,7 +392,7 @@ func abortUnheldOn(p *partition, txns *txn.Coordinator, now time.Time, grace tim
 func (p *partition) markerSince(pid, at int64) (commit, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if st := p.producers[pid]; st != nil && st.Marker != nil && st.Marker.Offset >= at {
+	if st := p.producers[pid]; at >= 0 && st != nil && st.Marker != nil && st.Marker.Offset >= at {
 		return st.Marker.Commit, true
 	}
 	return false, false

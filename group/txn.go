@@ -77,8 +77,9 @@ func (c *Coordinator) pendingLocked(groupID string, k tp) bool {
 // durably (the group is created if it does not exist: a transaction may
 // commit for a group that has no members, as Kafka allows). since > 0 (an
 // end resumed after a crash, decided at since, Unix ms): a partition whose
-// offset was committed at or after since keeps it (that commit is this
-// end's, done before the crash, or a later one).
+// offset was committed after since keeps it (a later commit); one committed
+// in the same millisecond is written again (most likely this end's own,
+// done before the crash: the same offsets).
 func (c *Coordinator) CommitTxnOffsets(groupID string, offs []TxnOffset, since int64) error {
 	clean(&groupID)
 	g := c.lockGroup(groupID, true)
@@ -91,7 +92,7 @@ func (c *Coordinator) CommitTxnOffsets(groupID string, offs []TxnOffset, since i
 	vals := make([]offsetValue, 0, len(offs))
 	kept := offs[:0:0]
 	for _, o := range offs {
-		if cur, ok := g.offsets[tp{o.Topic, o.Partition}]; since > 0 && ok && cur.CommitMs >= since {
+		if cur, ok := g.offsets[tp{o.Topic, o.Partition}]; since > 0 && ok && cur.CommitMs > since {
 			continue
 		}
 		kept = append(kept, o)

@@ -57,14 +57,14 @@ type Config struct {
 	// pid at or after offset at, and which: the evidence, after a crash,
 	// that a transaction whose Prepare record was lost had been decided.
 	MarkerSince func(pid int64, p TP, at int64) (commit, ok bool)
-	// LogEnd is a partition's log end offset (recorded when it is added to
-	// a transaction).
+	// LogEnd is a partition's durable end offset (recorded when it is
+	// added to a transaction: this transaction's markers are at or after
+	// it, the last one's before it).
 	LogEnd func(p TP) int64
 	// CommitOffsets writes a group's offsets durably (a transaction's
 	// offsets, at its commit). since > 0 (an end resumed after a crash or a
 	// failure, decided at since, Unix ms): partitions whose offset was
-	// committed at or after since are left as they are (this end's commit
-	// already happened, or a later one did).
+	// committed after since are left as they are (a later commit did).
 	CommitOffsets func(group string, offsets []Offset, since int64) error
 	// Pending tells the group coordinator that a group has (pending true)
 	// or no longer has offsets of producer pid waiting for the end of its
@@ -264,6 +264,9 @@ func (c *Coordinator) Recover() {
 // decided before a crash. t.mu held.
 func (c *Coordinator) decidedLocked(t *txn) (commit, ok bool) {
 	for _, p := range t.partitionList() {
+		if at := t.partitions[p]; at < 0 {
+			continue // added before the bound was recorded: no evidence
+		}
 		if commit, ok := c.cfg.MarkerSince(t.producerID, p, t.partitions[p]); ok {
 			return commit, true
 		}
@@ -779,6 +782,12 @@ func (c *Coordinator) EndTxn(id string, pid int64, epoch int16, commit, bump boo
 // prepareFenceProducerEpoch: the fenced producer's retries are never taken
 // for the new one's. t.mu held.
 func (c *Coordinator) endLocked(t *txn, commit, bump, fence bool) error {
+	// Every add of the transaction is durable before its decision can be
+	// (the decision is found through the partitions the log lists). With
+	// acks=all batches this waited already: no fsync.
+	if err := c.log.WaitDurable(t.logEnd); err != nil {
+		return err
+	}
 	prev := t.meta
 	prevParts, prevGroups := t.partitions, t.groups
 	if bump {
@@ -1128,4 +1137,25 @@ func (c *Coordinator) ProducerIDFloor() int64 {
 		floor = max(floor, pid+1)
 	}
 	return floor
+}
+
+// IfUnheld runs abortFn (the abort of producer pid's open transaction on
+// partition p) only if no transaction of this coordinator holds p for pid,
+// under that transactional id's lock if pid has one: the id cannot add p
+// and append to it between the check and the abort. It reports whether
+// abortFn ran.
+func (c *Coordinator) IfUnheld(pid int64, p TP, abortFn func() error) (bool, error) {
+	c.mu.Lock()
+	t := c.byPID[pid]
+	c.mu.Unlock()
+	if t != nil {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.producerID == pid && (t.state == Ongoing || t.state == PrepareCommit || t.state == PrepareAbort) {
+			if _, ok := t.partitions[p]; ok {
+				return false, nil
+			}
+		}
+	}
+	return true, abortFn()
 }

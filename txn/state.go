@@ -143,7 +143,7 @@ func (t *txn) fromValue(v *value) {
 	t.timeoutMs, t.state, t.startMs, t.updateMs = v.TimeoutMs, v.State, v.StartMs, v.UpdateMs
 	t.partitions = make(map[TP]int64, len(v.Partitions))
 	for i, p := range v.Partitions {
-		at := int64(0) // (no offset recorded: any marker after the log start counts)
+		at := int64(-1) // no bound recorded: no marker is taken as this transaction's
 		if i < len(v.AddedAt) {
 			at = v.AddedAt[i]
 		}
