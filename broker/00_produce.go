@@ -22,9 +22,14 @@ import (
 //   - Bytes are stored as sent: offsets patched, partition leader epoch set;
 //     LogAppendTime topics get the append time stamped (and the CRC redone).
 //     Compressed batches are never decompressed.
-//   - acks=0: no response at all. acks=1: answered after the write.
-//     acks=-1: answered after fsync under the durable policy (every partition
-//     of the request joins the same group commit).
+//   - acks=0: no response at all. acks=-1: answered after fsync under the
+//     durable policy (every partition of the request joins the same group
+//     commit). acks=1: answered after the write under the interval policy;
+//     under the durable policy also after the fsync, like acks=-1, because
+//     the high watermark is the durable end there and "answered" must mean
+//     "visible": Kafka's single-replica high watermark includes a record
+//     before its acks=1 answer, and tools that produce then read (or ask
+//     for the latest offset) at once rely on it.
 //   - Idempotent batches (producer id >= 0) are checked against the last five
 //     batches of that producer on that partition: a duplicate is answered with
 //     the original offset and not written again; a gap is
@@ -102,7 +107,7 @@ func (s *Server) handleProduce(c *conn, req *kmsg.ProduceRequest) (kmsg.Response
 					sp.BaseOffset = -1
 					break
 				}
-				if req.Acks == -1 && next > 0 {
+				if (req.Acks == -1 || req.Acks == 1 && s.store.Durable()) && next > 0 {
 					waits = append(waits, durableWait{len(resp.Topics), len(st.Partitions), p, next, txnEnd})
 				}
 			}

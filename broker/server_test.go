@@ -443,3 +443,29 @@ func TestIdleTimeoutAndConnectionLimit(t *testing.T) {
 		t.Fatal("idle connection closed late")
 	}
 }
+
+// TestAcks1AnsweredIsVisible: under the durable policy an acks=1 produce is
+// answered once its records are inside the high watermark, so a
+// ListOffsets(latest) from another connection right after the answer
+// includes them (as a single-replica Kafka does).
+func TestAcks1AnsweredIsVisible(t *testing.T) {
+	ts := startServer(t, t.TempDir())
+	ctx := ctxT(t)
+	prod, adm := client(t, ts.addr, kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite(), kgo.DefaultProduceTopic("a1"))
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	_, other := client(t, ts.addr)
+	for i := 1; i <= 30; i++ {
+		if err := prod.ProduceSync(ctx, kgo.StringRecord("x")).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		ends, err := other.ListEndOffsets(ctx, "a1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ends["a1"][0].Offset; got != int64(i) {
+			t.Fatalf("after acks=1 produce %d answered, the latest offset is %d", i, got)
+		}
+	}
+}
