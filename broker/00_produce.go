@@ -21,7 +21,10 @@ import (
 //     above max.message.bytes MESSAGE_TOO_LARGE.
 //   - Bytes are stored as sent: offsets patched, partition leader epoch set;
 //     LogAppendTime topics get the append time stamped (and the CRC redone).
-//     Compressed batches are never decompressed.
+//     A header whose MaxTimestamp is below its BaseTimestamp (older sarama
+//     sends -1) is repaired from the records, as Kafka's log validator sets
+//     it (the client's CRC checked first, then redone); only such batches
+//     are decompressed (bounded), no other.
 //   - acks=0: no response at all. acks=-1: answered after fsync under the
 //     durable policy (every partition of the request joins the same group
 //     commit). acks=1: answered after the write under the interval policy;
@@ -206,6 +209,15 @@ func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceRespons
 		return 0, 0, errNoTxnID
 	}
 	st := s.reg.stampsOf(p.topic)
+	if !st.logAppend && h.NumRecords > 0 && h.MaxTimestamp < h.BaseTimestamp {
+		// An inconsistent header (sarama sends MaxTimestamp -1): repaired
+		// from the records, as Kafka's log validator sets it, so the time
+		// index and ListOffsets by time see the batch's real times. Only
+		// such batches are read (and decompressed, bounded).
+		if err := repairMaxTimestamp(records, &h); err != nil {
+			return 0, 0, err
+		}
+	}
 	if !st.logAppend && (st.before < math.MaxInt64 || st.after < math.MaxInt64) {
 		if err := checkTimestamps(&h, s.cfg.Now().UnixMilli(), st.before, st.after); err != nil {
 			return 0, 0, err
@@ -287,6 +299,27 @@ func (p *partition) appendIdempotent(records []byte, h *log.BatchHeader, sp *kms
 	sp.BaseOffset = res.BaseOffset
 	sp.LogStartOffset = res.LogStartOffset
 	return res.LastOffset + 1, nil
+}
+
+// repairMaxTimestamp sets the batch's MaxTimestamp to its greatest record
+// timestamp (and its CRC, after checking the client's), in records and h.
+func repairMaxTimestamp(records []byte, h *log.BatchHeader) error {
+	if _, err := log.CheckBatch(records, 0); err != nil {
+		return err
+	}
+	maxTs := int64(-1)
+	if _, _, err := findRecord(records[:h.Length], 0, func(ts int64) bool {
+		maxTs = max(maxTs, ts)
+		return false
+	}); err != nil {
+		return fmt.Errorf("%w: %v", log.ErrInvalidBatch, err)
+	}
+	if maxTs < 0 {
+		return nil // no record has a timestamp: nothing to repair
+	}
+	log.SetMaxTimestamp(records, maxTs)
+	h.MaxTimestamp = maxTs
+	return nil
 }
 
 // stampPolicy is a topic's message.timestamp.type (LogAppendTime or not)

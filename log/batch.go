@@ -218,6 +218,13 @@ func SetLogAppendTime(b []byte, ts int64) {
 	be.PutUint32(b[17:], crc32.Checksum(b[crcStart:], castagnoli))
 }
 
+// SetMaxTimestamp sets a batch's MaxTimestamp and recomputes its CRC (the
+// broker repairs batches whose header says less than their records).
+func SetMaxTimestamp(b []byte, ts int64) {
+	binary.BigEndian.PutUint64(b[35:], uint64(ts))
+	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[crcStart:], castagnoli))
+}
+
 // ScanBatches walks the stored batches at the start of buf, which must start
 // at a batch boundary where nextOffset is expected. It returns the number of
 // bytes that form a valid prefix (whole batches, each with a good CRC, magic
