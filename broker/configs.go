@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -106,6 +107,35 @@ func isBool(v string) error {
 	return nil
 }
 
+// formatVersion is what Kafka 3.x accepts for message.format.version: a
+// release ("0.10.2", "2.8") with an optional inter-broker version ("-IV1").
+var formatVersion = regexp.MustCompile(`^[0-9]+\.[0-9]+(\.[0-9]+)?(-IV[0-9]+)?$`)
+
+func isFormatVersion(v string) error {
+	if !formatVersion.MatchString(v) {
+		return fmt.Errorf("not a message format version: %q", v)
+	}
+	return nil
+}
+
+// isReplicaList is the throttled-replicas syntax: "", "*", or
+// "partition:broker" pairs, comma separated.
+func isReplicaList(v string) error {
+	if v == "" || v == "*" {
+		return nil
+	}
+	for _, it := range strings.Split(v, ",") {
+		a, b, ok := strings.Cut(strings.TrimSpace(it), ":")
+		if _, err := strconv.Atoi(a); !ok || err != nil {
+			return fmt.Errorf("not partition:broker: %q", it)
+		}
+		if _, err := strconv.Atoi(b); err != nil {
+			return fmt.Errorf("not partition:broker: %q", it)
+		}
+	}
+	return nil
+}
+
 func isDouble(v string) error {
 	if _, err := strconv.ParseFloat(v, 64); err != nil {
 		return fmt.Errorf("not a double: %q", v)
@@ -118,17 +148,23 @@ func isDouble(v string) error {
 // are accepted and reported for compatibility but do not change behaviour.
 var topicConfigs = []configDef{
 	{"cleanup.policy", "delete", cfgList, listOf("delete", "compact"), "delete applies retention.*; compaction is not implemented, so a compact-only topic keeps everything"},
+	{"compression.gzip.level", "-1", cfgInt, intRange(-1, 9), "stored: batches are never recompressed"},
+	{"compression.lz4.level", "9", cfgInt, intRange(1, 17), "stored: batches are never recompressed"},
+	{"compression.zstd.level", "3", cfgInt, intRange(-131072, 22), "stored: batches are never recompressed"},
 	{"compression.type", "producer", cfgString, oneOf("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "stored: batches are kept as the producer compressed them"},
 	{"delete.retention.ms", "86400000", cfgLong, longAtLeast(0), "stored"},
 	{"file.delete.delay.ms", "60000", cfgLong, longAtLeast(0), "stored"},
 	{"flush.messages", "9223372036854775807", cfgLong, longAtLeast(1), "stored: durability is the broker's fsync policy"},
 	{"flush.ms", "9223372036854775807", cfgLong, longAtLeast(0), "stored: durability is the broker's fsync policy"},
+	{"follower.replication.throttled.replicas", "", cfgList, isReplicaList, "stored: one replica, nothing to throttle"},
 	{"index.interval.bytes", "4096", cfgInt, intRange(0, 1<<31-1), "bytes between sparse offset-index entries"},
 	{"local.retention.bytes", "-2", cfgLong, longAtLeast(-2), "with tiering: bytes of the newest data kept on local disk once uploaded (-2: as retention.bytes)"},
 	{"local.retention.ms", "-2", cfgLong, longAtLeast(-2), "with tiering: age up to which uploaded data stays on local disk too (-2: as retention.ms)"},
+	{"leader.replication.throttled.replicas", "", cfgList, isReplicaList, "stored: one replica, nothing to throttle"},
 	{"max.compaction.lag.ms", "9223372036854775807", cfgLong, longAtLeast(1), "stored"},
 	{"max.message.bytes", "1048588", cfgInt, intRange(0, 1<<31-1), "largest record batch accepted"},
 	{"message.downconversion.enable", "true", cfgBoolean, isBool, "stored"},
+	{"message.format.version", "3.0-IV1", cfgString, isFormatVersion, "stored: deprecated in Kafka 3.x (batches are always v2)"},
 	{"message.timestamp.after.max.ms", "9223372036854775807", cfgLong, longAtLeast(0), "CreateTime: how far after the broker's clock a batch's first and greatest timestamps may be (else INVALID_TIMESTAMP)"},
 	{"message.timestamp.before.max.ms", "9223372036854775807", cfgLong, longAtLeast(0), "CreateTime: how far before the broker's clock a batch's first and greatest timestamps may be (else INVALID_TIMESTAMP)"},
 	{"message.timestamp.difference.max.ms", "9223372036854775807", cfgLong, longAtLeast(0), "CreateTime: how far before or after the broker's clock a batch's first and greatest timestamps may be (else INVALID_TIMESTAMP)"},

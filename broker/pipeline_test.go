@@ -662,3 +662,37 @@ func TestFetchMaxBytesIsBounded(t *testing.T) {
 		t.Fatalf("%d record bytes for MaxBytes 2 GiB under a 100 KiB fetch.max.bytes", total)
 	}
 }
+
+// TestKafka3TopicConfigsAccepted: configs Kafka 3.x still accepts (some
+// deprecated, some with nothing to do on one replica) are accepted and
+// described, not refused; bad values and unknown names still are.
+func TestKafka3TopicConfigsAccepted(t *testing.T) {
+	ts := startServer(t, t.TempDir())
+	ctx := ctxT(t)
+	_, adm := client(t, ts.addr)
+	cfg := map[string]*string{
+		"message.format.version":                  kmsg.StringPtr("2.8-IV1"),
+		"leader.replication.throttled.replicas":   kmsg.StringPtr("0:0"),
+		"follower.replication.throttled.replicas": kmsg.StringPtr("*"),
+		"compression.zstd.level":                  kmsg.StringPtr("5"),
+	}
+	if r, err := adm.CreateTopic(ctx, 1, 1, cfg, "k3"); err != nil || r.Err != nil {
+		t.Fatalf("create with Kafka 3.x configs: %v %v", err, r.Err)
+	}
+	rc, err := adm.DescribeTopicConfigs(ctx, "k3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, c := range rc[0].Configs {
+		got[c.Key] = c.MaybeValue()
+	}
+	if got["message.format.version"] != "2.8-IV1" || got["compression.zstd.level"] != "5" {
+		t.Fatalf("described: %v", got)
+	}
+	for name, v := range map[string]string{"message.format.version": "new", "leader.replication.throttled.replicas": "x", "no.such.config": "one"} {
+		if r, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{name: kmsg.StringPtr(v)}, "bad-"+v); err == nil && r.Err == nil {
+			t.Fatalf("%s=%s accepted", name, v)
+		}
+	}
+}
