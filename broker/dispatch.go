@@ -75,6 +75,14 @@ func (s *Server) dispatch(c *conn, req *protocol.Request) (kmsg.Response, error)
 		return s.handleDescribeTransactions(c, b)
 	case *kmsg.ListTransactionsRequest:
 		return s.handleListTransactions(c, b)
+	case *kmsg.DescribeLogDirsRequest:
+		return s.handleDescribeLogDirs(c, b)
+	case *kmsg.ElectLeadersRequest:
+		return s.handleElectLeaders(c, b)
+	case *kmsg.AlterPartitionAssignmentsRequest:
+		return s.handleAlterPartitionReassignments(c, b)
+	case *kmsg.ListPartitionReassignmentsRequest:
+		return s.handleListPartitionReassignments(c, b)
 	default:
 		return s.dispatchGroup(c, req)
 	}
@@ -82,7 +90,7 @@ func (s *Server) dispatch(c *conn, req *protocol.Request) (kmsg.Response, error)
 
 // handled lists the keys dispatch serves, for the test that the version
 // table and the handlers agree.
-var handled = []int16{0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 24, 25, 26, 28, 29, 30, 31, 32, 33, 36, 37, 42, 44, 47, 50, 51, 60, 61, 65, 66}
+var handled = []int16{0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 24, 25, 26, 28, 29, 30, 31, 32, 33, 35, 36, 37, 42, 43, 44, 45, 46, 47, 50, 51, 60, 61, 65, 66}
 
 // errorResponse builds the response to req with code in every error field
 // a client checks, for a request whose handler failed (panicked). nil means

@@ -40,10 +40,14 @@ var versions = []VersionRange{
 	{Key: 31, Min: 0, Max: 3}, // DeleteAcls
 	{Key: 32, Min: 0, Max: 4}, // DescribeConfigs
 	{Key: 33, Min: 0, Max: 2}, // AlterConfigs
+	{Key: 35, Min: 0, Max: 4}, // DescribeLogDirs
 	{Key: 36, Min: 0, Max: 2}, // SaslAuthenticate
 	{Key: 37, Min: 0, Max: 3}, // CreatePartitions
 	{Key: 42, Min: 0, Max: 2}, // DeleteGroups
+	{Key: 43, Min: 0, Max: 2}, // ElectLeaders
 	{Key: 44, Min: 0, Max: 1}, // IncrementalAlterConfigs
+	{Key: 45, Min: 0, Max: 1}, // AlterPartitionReassignments
+	{Key: 46, Min: 0, Max: 0}, // ListPartitionReassignments
 	{Key: 47, Min: 0, Max: 0}, // OffsetDelete
 	{Key: 50, Min: 0, Max: 0}, // DescribeUserScramCredentials
 	{Key: 51, Min: 0, Max: 0}, // AlterUserScramCredentials
