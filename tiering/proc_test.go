@@ -96,16 +96,16 @@ func (b *procBroker) stop(tb testing.TB) {
 
 type procTierStatus struct {
 	Tier struct {
-		UploadedBytes    int64 `json:"UploadedBytes"`
-		UploadedSegments int64 `json:"UploadedSegments"`
+		UploadedBytes    int64 `json:"uploaded_bytes"`
+		UploadedSegments int64 `json:"uploaded_segments"`
 		LagSegments      int64 `json:"lag_segments"`
 		LagBytes         int64 `json:"lag_bytes"`
-		DownloadedBytes  int64 `json:"DownloadedBytes"`
-		ColdRate         int64 `json:"ColdRate"`
-		TailSamples      int64 `json:"TailSamples"`
-		TailLate         int64 `json:"TailLate"`
-		Crowded          int64 `json:"Crowded"`
-		Backoffs         int64 `json:"Backoffs"`
+		DownloadedBytes  int64 `json:"downloaded_bytes"`
+		ColdRate         int64 `json:"cold_rate_bytes_per_second"`
+		TailSamples      int64 `json:"tail_samples"`
+		TailLate         int64 `json:"tail_late"`
+		Crowded          int64 `json:"crowded_windows"`
+		Backoffs         int64 `json:"backoffs"`
 	} `json:"tier"`
 }
 

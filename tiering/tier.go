@@ -38,17 +38,23 @@ func (k PartitionKey) segmentKey(base int64, ext string) string {
 
 func (k PartitionKey) manifestKey() string { return k.dir() + "/manifest.json" }
 
-// Stats are the operator's figures.
+// Stats are the operator's figures (JSON in /status: snake_case, as every
+// JSON the broker serves).
 type Stats struct {
-	UploadedBytes, UploadedSegments int64
-	DownloadedBytes                 int64
-	CacheHits, CacheMisses          int64
-	Errors                          int64
+	UploadedBytes    int64 `json:"uploaded_bytes"`
+	UploadedSegments int64 `json:"uploaded_segments"`
+	DownloadedBytes  int64 `json:"downloaded_bytes"`
+	CacheHits        int64 `json:"cache_hits"`
+	CacheMisses      int64 `json:"cache_misses"`
+	Errors           int64 `json:"errors"`
 	// The tail guard (guard.go): the cold-read rate in force (bytes/s, 0:
 	// unlimited), tail samples seen and how many were late, windows
 	// crowded by CPU pressure, and how many times it lowered the rate.
-	ColdRate                                 int64
-	TailSamples, TailLate, Crowded, Backoffs int64
+	ColdRate    int64 `json:"cold_rate_bytes_per_second"`
+	TailSamples int64 `json:"tail_samples"`
+	TailLate    int64 `json:"tail_late"`
+	Crowded     int64 `json:"crowded_windows"`
+	Backoffs    int64 `json:"backoffs"`
 }
 
 // Tier is a broker's tiered store: uploads, manifests, cold reads.

@@ -182,6 +182,21 @@ func TestServeServesAndStops(t *testing.T) {
 		t.Fatalf("/status: %v %v", status, err)
 	}
 	resp.Body.Close()
+	// One naming style in the JSON the broker serves: snake_case keys.
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return
+		}
+		for k, sub := range m {
+			if k != strings.ToLower(k) || strings.ContainsAny(k, "- ") {
+				t.Errorf("/status key %s%s is not snake_case", prefix, k)
+			}
+			walk(prefix+k+".", sub)
+		}
+	}
+	walk("", status)
 
 	// A second broker on the same data directory exits at once, naming the
 	// directory and the holder; the first keeps serving.
