@@ -244,7 +244,7 @@ func (s *Server) fetchOnce(c *conn, req *kmsg.FetchRequest) (*fetchResponse, int
 				if capBytes > 0 {
 					budget = min(budget, capBytes-coldBytes)
 				}
-				if committed && rp.FetchOffset >= p.lastStable(p.log.HighWatermark()) {
+				if committed && rp.FetchOffset >= stop { // stop: the LSO read above
 					// read_committed at the LSO: nothing to serve yet.
 					wait, err = nil, nil
 				} else if later != nil || (capBytes > 0 && budget <= 0 && total > 0) {

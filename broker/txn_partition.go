@@ -102,18 +102,19 @@ func (p *partition) setFirstOpenLocked() {
 	p.firstOpen.Store(first + 1)
 }
 
-// stableAfterLocked is the LSO once pid's transaction ends with its marker
-// at markerOffset (Kafka's lastStableOffset of a completed transaction):
-// the first offset of the oldest other open transaction, else the offset
-// after the marker. p.mu held.
-func (p *partition) stableAfterLocked(pid, markerOffset int64) int64 {
+// abortedEntryLocked is the aborted index entry of pid's transaction from
+// first, ended by its ABORT marker at markerOffset. Its LSO is Kafka's
+// lastStableOffset of a completed transaction: the first offset of the
+// oldest other open transaction, else the offset after the marker. p.mu
+// held.
+func (p *partition) abortedEntryLocked(pid, first, markerOffset int64) log.AbortedTxn {
 	lso := markerOffset + 1
 	for id, f := range p.txnOpen {
 		if id != pid {
 			lso = min(lso, f)
 		}
 	}
-	return lso
+	return log.AbortedTxn{ProducerID: pid, FirstOffset: first, LastOffset: markerOffset, LastStableOffset: lso}
 }
 
 // closeTxnLocked ends pid's transaction with the marker batch at offset
@@ -134,7 +135,7 @@ func (p *partition) closeTxnLocked(pid int64, epoch int16, offset int64, control
 	if !ok {
 		return log.AbortedTxn{}, false
 	}
-	a := log.AbortedTxn{ProducerID: pid, FirstOffset: first, LastOffset: offset, LastStableOffset: p.stableAfterLocked(pid, offset)}
+	a := p.abortedEntryLocked(pid, first, offset)
 	delete(p.txnOpen, pid)
 	p.setFirstOpenLocked()
 	return a, control == log.ControlAbort
@@ -174,7 +175,7 @@ func (p *partition) writeMarker(pid int64, epoch int16, commit bool, nowMs int64
 		// the entry cannot be written the transaction stays open
 		// (nothing of it becomes visible), and the coordinator's retry
 		// writes another marker and entry.
-		a := log.AbortedTxn{ProducerID: pid, FirstOffset: p.txnOpen[pid], LastOffset: res.BaseOffset, LastStableOffset: p.stableAfterLocked(pid, res.BaseOffset)}
+		a := p.abortedEntryLocked(pid, p.txnOpen[pid], res.BaseOffset)
 		if err := p.log.AddAborted(a); err != nil {
 			return 0, err
 		}

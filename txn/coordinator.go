@@ -853,11 +853,7 @@ func (c *Coordinator) completeLocked(t *txn, resumed bool) error {
 			if len(offs) == 0 {
 				continue
 			}
-			l := make([]Offset, 0, len(offs))
-			for _, o := range offs {
-				l = append(l, o)
-			}
-			if err := c.cfg.CommitOffsets(g, l, since); err != nil {
+			if err := c.cfg.CommitOffsets(g, offsetList(offs), since); err != nil {
 				return fmt.Errorf("commit offsets of group %q: %w", g, err)
 			}
 		}

@@ -114,14 +114,7 @@ func (t *txn) toValue() *value {
 	if len(t.groups) > 0 {
 		v.Groups = make(map[string][]Offset, len(t.groups))
 		for g, offs := range t.groups {
-			l := make([]Offset, 0, len(offs))
-			for _, o := range offs {
-				l = append(l, o)
-			}
-			sort.Slice(l, func(i, j int) bool {
-				return l[i].Topic < l[j].Topic || l[i].Topic == l[j].Topic && l[i].Partition < l[j].Partition
-			})
-			v.Groups[g] = l
+			v.Groups[g] = offsetList(offs)
 		}
 	}
 	return v
@@ -132,10 +125,24 @@ func (t *txn) partitionList() []TP {
 	for p := range t.partitions {
 		l = append(l, p)
 	}
+	sort.Slice(l, func(i, j int) bool { return tpLess(l[i], l[j]) })
+	return l
+}
+
+// offsetList is a group's pending offsets in partition order.
+func offsetList(offs map[TP]Offset) []Offset {
+	l := make([]Offset, 0, len(offs))
+	for _, o := range offs {
+		l = append(l, o)
+	}
 	sort.Slice(l, func(i, j int) bool {
-		return l[i].Topic < l[j].Topic || l[i].Topic == l[j].Topic && l[i].Partition < l[j].Partition
+		return tpLess(TP{l[i].Topic, l[i].Partition}, TP{l[j].Topic, l[j].Partition})
 	})
 	return l
+}
+
+func tpLess(a, b TP) bool {
+	return a.Topic < b.Topic || a.Topic == b.Topic && a.Partition < b.Partition
 }
 
 func (t *txn) fromValue(v *value) {
