@@ -116,6 +116,7 @@ func (t *Tier) download(ctx context.Context, o object, ci int64, f *flight, reco
 	// turn, which paces the GET itself (TCP flow control slows the server)
 	// rather than letting whole chunks through in bursts.
 	var crc uint32
+	t.gets.Add(1)
 	err = getRangeInto(ctx, t.store, o.key, start, (*buf)[:n], func(at int, p []byte) {
 		if at == 0 {
 			crc = 0 // a retry starts over

@@ -525,6 +525,7 @@ func (t *Tier) indexObject(ctx context.Context, pk PartitionKey, base int64, ext
 	if ok {
 		return b
 	}
+	t.gets.Add(1)
 	b, err := t.store.GetRange(ctx, key, 0, -1)
 	switch {
 	case errors.Is(err, ErrTooLarge) || len(b) > maxRemoteIndex:

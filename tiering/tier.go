@@ -47,6 +47,9 @@ type Stats struct {
 	CacheHits        int64 `json:"cache_hits"`
 	CacheMisses      int64 `json:"cache_misses"`
 	Errors           int64 `json:"errors"`
+	// ObjectGets counts the GET requests the tier sent to the store:
+	// segment chunks, index objects, manifests (after a retry, once).
+	ObjectGets int64 `json:"object_gets"`
 	// The tail guard (guard.go): the cold-read rate in force (bytes/s, 0:
 	// unlimited), tail samples seen and how many were late, windows
 	// crowded by CPU pressure, and how many times it lowered the rate.
@@ -77,7 +80,7 @@ type Tier struct {
 	// and a GET at once, read-aheads at most readAheadSlots of them.
 	slots, raSlots chan struct{}
 
-	uploadedBytes, uploadedSegments, downloadedBytes, errs atomic.Int64
+	uploadedBytes, uploadedSegments, downloadedBytes, errs, gets atomic.Int64
 }
 
 // New returns a Tier over store. cacheBytes bounds the cold-read chunk
@@ -125,7 +128,7 @@ func (t *Tier) Store() ObjectStore { return t.store }
 func (t *Tier) Stats() Stats {
 	h, m := t.cache.stats()
 	st := Stats{UploadedBytes: t.uploadedBytes.Load(), UploadedSegments: t.uploadedSegments.Load(),
-		DownloadedBytes: t.downloadedBytes.Load(), CacheHits: h, CacheMisses: m, Errors: t.errs.Load(),
+		DownloadedBytes: t.downloadedBytes.Load(), CacheHits: h, CacheMisses: m, Errors: t.errs.Load(), ObjectGets: t.gets.Load(),
 		ColdRate: t.coldRateInForce()}
 	t.guard.mu.Lock()
 	st.TailSamples, st.TailLate, st.Crowded, st.Backoffs = t.guard.samplesTotal, t.guard.lateTotal, t.guard.crowded, t.guard.backoffs
@@ -177,6 +180,7 @@ func (t *Tier) Manifest(ctx context.Context, pk PartitionKey) (*Manifest, error)
 	if m != nil {
 		return m.clone(), nil
 	}
+	t.gets.Add(1)
 	b, err := t.store.GetRange(ctx, pk.manifestKey(), 0, -1)
 	switch {
 	case errors.Is(err, ErrNotFound):

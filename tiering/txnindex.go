@@ -241,6 +241,7 @@ func (t *Tier) cachedTxnIndex(key string, s *SegmentMeta) ([]byte, bool) {
 // optional: a missing or damaged one is an error (a read_committed
 // consumer must not be shown an aborted transaction as committed).
 func (t *Tier) fetchTxnIndex(ctx context.Context, key string, s *SegmentMeta) ([]byte, error) {
+	t.gets.Add(1)
 	b, err := t.store.GetRange(ctx, key, 0, -1)
 	if err != nil {
 		t.errs.Add(1)

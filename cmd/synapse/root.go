@@ -53,6 +53,7 @@ func newRootCommand() *cobra.Command {
 		newVersionCommand(),
 		newBenchCommand(),
 		newUserCommand(),
+		newDemoCommand(o),
 	)
 	return cmd
 }
