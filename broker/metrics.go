@@ -25,6 +25,7 @@ var (
 	descCacheHits   = prometheus.NewDesc("synapse_tier_cache_hits_total", "Cold-read chunk cache hits.", nil, nil)
 	descCacheMisses = prometheus.NewDesc("synapse_tier_cache_misses_total", "Cold-read chunk cache misses.", nil, nil)
 	descTierErrors  = prometheus.NewDesc("synapse_tier_errors_total", "Failed object-store operations.", nil, nil)
+	descTierGets    = prometheus.NewDesc("synapse_tier_object_gets_total", "GET requests sent to the tiered store (segment chunks, indexes, manifests).", nil, nil)
 	descLagBytes    = prometheus.NewDesc("synapse_tier_upload_lag_bytes", "Bytes of sealed segments not yet in the tiered store.", nil, nil)
 	descLagSegs     = prometheus.NewDesc("synapse_tier_upload_lag_segments", "Sealed segments not yet in the tiered store.", nil, nil)
 	descColdRate    = prometheus.NewDesc("synapse_tier_cold_read_rate_bytes", "Cold-read download rate in force (the tail guard's limit or the configured one); 0 = unlimited.", nil, nil)
@@ -47,7 +48,7 @@ var (
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConns, descPartitions, descLocalBytes, descUpBytes, descUpSegs,
-		descDownBytes, descCacheHits, descCacheMisses, descTierErrors, descLagBytes, descLagSegs, descColdRate, descTailLate, descBackoffs,
+		descDownBytes, descCacheHits, descCacheMisses, descTierErrors, descTierGets, descLagBytes, descLagSegs, descColdRate, descTailLate, descBackoffs,
 		descGroups, descMembers, descTxns, descAuthOK, descAuthFailed, descDenied, descFDBudget, descFDUsed, descFDRefused, descFDKernel,
 		descSessions, descSessParts, descSessEvicts} {
 		ch <- d
@@ -108,6 +109,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descCacheHits, st.CacheHits)
 		counter(descCacheMisses, st.CacheMisses)
 		counter(descTierErrors, st.Errors)
+		counter(descTierGets, st.ObjectGets)
 		gauge(descLagBytes, float64(st.LagBytes))
 		gauge(descLagSegs, float64(st.LagSegments))
 		gauge(descColdRate, float64(st.ColdRate))
