@@ -8,8 +8,7 @@ import (
 
 func main() {
 	// Cobra has already printed the error (to stderr) by the time Execute
-	// returns it; all that is left is the exit status.
-	if err := newRootCommand().Execute(); err != nil {
-		os.Exit(1)
-	}
+	// returns it; all that is left is the exit status: 1, or 2 for a usage
+	// error (exitStatus).
+	os.Exit(exitStatus(newRootCommand().ExecuteC()))
 }

@@ -53,6 +53,7 @@ func newRootCommand() *cobra.Command {
 		newVersionCommand(),
 		newBenchCommand(),
 		newUserCommand(),
+		newTopicCommand(), newProduceCommand(), newConsumeCommand(), newGroupCommand(), newClusterCommand(),
 		newDemoCommand(o),
 	)
 	return cmd
