@@ -10,7 +10,9 @@
 // idempotent produce and read_committed with read_uncommitted consume, on
 // both brokers. A security block (Synapse only) compares its PLAINTEXT,
 // SSL and SASL_PLAINTEXT listeners on one broker and measures SCRAM
-// authentication of new connections under produce load. The machine is shared and noisy:
+// authentication of new connections under produce load. An HTTP API block
+// (http.go, Synapse only) compares POST /produce/batch throughput and POST
+// /produce latency with the same broker's Kafka protocol. The machine is shared and noisy:
 // nothing here is a pass/fail gate; the "goal" column only says whether a
 // figure met the issue's goal.
 package main
@@ -61,6 +63,7 @@ type options struct {
 
 	scale scaleOptions // scale.go
 	txn   txnOptions   // txn.go
+	http  httpOptions  // http.go
 }
 
 func main() {
@@ -81,6 +84,7 @@ func main() {
 	flag.IntVar(&o.authMaxDialers, "auth-max-dialers", 16, "concurrent dialers of the as-fast-as-possible auth run")
 	scaleFlags(&o.scale)
 	txnFlags(&o.txn)
+	httpFlags(&o.http)
 	flag.Parse()
 	if o.secRounds < 0 {
 		o.secRounds = o.rounds
@@ -88,6 +92,10 @@ func main() {
 	if o.txn.rounds < 0 {
 		o.txn.rounds = o.rounds
 	}
+	if o.http.rounds < 0 {
+		o.http.rounds = o.rounds
+	}
+	o.http.batch, o.http.workers = max(o.http.batch, 1), max(o.http.workers, 1)
 	o.txn.perTxn, o.txn.readProducers, o.txn.abortEvery = max(o.txn.perTxn, 1), max(o.txn.readProducers, 1), max(o.txn.abortEvery, 0)
 	o.txn.readPasses = max(o.txn.readPasses, 1)
 	o.secSlices = max(o.secSlices, 1)
@@ -145,12 +153,20 @@ func (r *runner) run() error {
 	if r.o.txn.only {
 		return r.txnBlock()
 	}
+	if r.o.http.only {
+		return r.httpBlock()
+	}
 	if !r.o.secOnly {
 		if err := r.sideBySide(); err != nil {
 			return err
 		}
 		if r.o.txn.rounds > 0 {
 			if err := r.txnBlock(); err != nil {
+				return err
+			}
+		}
+		if r.o.http.rounds > 0 {
+			if err := r.httpBlock(); err != nil {
 				return err
 			}
 		}
@@ -564,6 +580,8 @@ func (r *runner) report(w io.Writer, took time.Duration) {
 		what = "scale block"
 	case r.o.txn.only:
 		what = "transactions block"
+	case r.o.http.only:
+		what = "HTTP API block"
 	}
 	fmt.Fprintf(w, "\n`make bench` %s, %s, %d CPUs, %s, host %s, %s in all.\n",
 		what, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), host, took.Round(time.Second))
@@ -574,11 +592,16 @@ func (r *runner) report(w io.Writer, took time.Duration) {
 		}
 	case r.o.txn.only:
 		r.reportTxn(w)
+	case r.o.http.only:
+		r.reportHTTP(w)
 	default:
 		if !r.o.secOnly {
 			r.reportSideBySide(w)
 			if r.o.txn.rounds > 0 {
 				r.reportTxn(w)
+			}
+			if r.o.http.rounds > 0 {
+				r.reportHTTP(w)
 			}
 		}
 		if r.o.secRounds > 0 {

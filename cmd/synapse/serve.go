@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/synapsebroker/synapse/broker"
+	"github.com/synapsebroker/synapse/httpapi"
 	"github.com/synapsebroker/synapse/internal/dirlock"
 	"github.com/synapsebroker/synapse/internal/fdbudget"
 	"github.com/synapsebroker/synapse/tiering"
@@ -37,6 +38,7 @@ type serveOptions struct {
 	advertisedAddr       string
 	httpListen           string
 	pprof                bool
+	httpAPI              httpAPIOptions
 	autoCreateTopics     bool
 	defaultPartitions    int32
 	fsyncInterval        time.Duration
@@ -73,6 +75,7 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.advertisedAddr, "advertised-addr", "", "host:port clients of --listen are told to connect to (default: the listener's address)")
 	o.sec.AddFlags(fs)
 	fs.StringVar(&o.httpListen, "http-listen", "127.0.0.1:8080", "address of the HTTP side port (/healthz, /readyz, /metrics, /status); empty (on the command line) disables it")
+	o.httpAPI.AddFlags(fs)
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiler under /debug/pprof/ on the HTTP side port (anyone who reaches the port can profile the process)")
 	fs.BoolVar(&o.autoCreateTopics, "auto-create-topics", true, "create unknown topics on Metadata and Produce")
 	fs.Int32Var(&o.defaultPartitions, "default-partitions", 1, "partition count of auto-created topics")
@@ -156,6 +159,7 @@ func (o *serveOptions) validate() error {
 		errs = append(errs, fmt.Errorf("--producer-id-expiration %s: must be positive", o.producerIDExpiration))
 	}
 	errs = append(errs, o.sec.validate()...)
+	errs = append(errs, o.httpAPI.validate()...)
 	if o.fetchSessionSlots < 0 {
 		errs = append(errs, fmt.Errorf("--max-incremental-fetch-session-cache-slots %d: must not be negative", o.fetchSessionSlots))
 	}
@@ -305,13 +309,19 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 		return err
 	}
 	var hs *http.Server
+	var api *httpapi.API
 	if o.httpListen != "" {
 		hln, err := net.Listen("tcp", o.httpListen)
 		if err != nil {
 			srv.Close()
 			return fmt.Errorf("http listen: %w", err)
 		}
-		hs = &http.Server{Handler: healthHandler(srv, o.pprof), ReadHeaderTimeout: 10 * time.Second}
+		handler := healthHandler(srv, o.pprof)
+		if o.httpAPI.enabled(o.httpListen) {
+			api = o.httpAPI.newAPI(srv, logger)
+			handler = api.Mount(handler)
+		}
+		hs = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 		go hs.Serve(hln)
 	}
 	logger.Info("serving",
@@ -322,6 +332,7 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 		zap.Strings("sasl_mechanisms", bcfg.SASLMechanisms),
 		zap.String("authorizer", o.sec.authorizer),
 		zap.String("http", o.httpListen),
+		zap.Bool("http_api", api != nil),
 		zap.String("cluster_id", srv.ClusterID()),
 		zap.String("data_dir", dataDir),
 		zap.String("fsync", policy),
@@ -356,7 +367,17 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 		defer hs.Close()
 	}
 	stopped := make(chan error, 1)
-	go func() { stopped <- srv.Shutdown(sctx) }()
+	go func() {
+		if api != nil {
+			// Its consumer instances leave their groups and its clients
+			// close before the broker stops: they hold internal
+			// connections.
+			actx, acancel := context.WithTimeout(sctx, apiCloseTimeout)
+			api.Close(actx)
+			acancel()
+		}
+		stopped <- srv.Shutdown(sctx)
+	}()
 	overrun := time.NewTimer(time.Until(deadline))
 	defer overrun.Stop()
 	select {
@@ -494,4 +515,74 @@ func watchFileLimit(ctx context.Context, logger *zap.Logger, b *fdbudget.Budget,
 			zap.Int("limit_was", limit), zap.Uint64("limit", now), zap.Int("files", plan.Files))
 		limit = int(now)
 	}
+}
+
+// httpAPIOptions are the flags of the HTTP API on the side port
+// (package httpapi, docs/http-api.md).
+type httpAPIOptions struct {
+	mode            string // auto, on, off
+	maxBody         int64
+	maxRecords      int
+	maxPerGroup     int
+	consumerTimeout time.Duration
+}
+
+// apiCloseTimeout bounds the HTTP API's close at shutdown (its consumer
+// instances leave their groups).
+const apiCloseTimeout = 5 * time.Second
+
+func (o *httpAPIOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.mode, "http-api", "auto",
+		"HTTP API on the HTTP side port (/produce, /fetch, /produce/batch, REST Proxy v2 /topics and /consumers): "+
+			"auto = on when --http-listen is a loopback address, on, off; with SASL users or ACLs it asks for HTTP Basic logins")
+	fs.Int64Var(&o.maxBody, "http-api-max-body-bytes", 8<<20, "largest HTTP API request body")
+	fs.IntVar(&o.maxRecords, "http-api-max-records", 10000, "most records in one HTTP API produce request")
+	fs.IntVar(&o.maxPerGroup, "http-api-max-consumers-per-group", 100, "most REST consumer instances per consumer group")
+	fs.DurationVar(&o.consumerTimeout, "http-api-consumer-timeout", 5*time.Minute,
+		"remove a REST consumer instance unused this long (the REST Proxy's consumer.instance.timeout.ms)")
+}
+
+func (o *httpAPIOptions) validate() []error {
+	var errs []error
+	switch o.mode {
+	case "auto", "on", "off", "true", "false":
+	default:
+		errs = append(errs, fmt.Errorf("--http-api %q: want auto, on or off", o.mode))
+	}
+	if o.maxBody <= 0 || o.maxRecords <= 0 || o.maxPerGroup <= 0 || o.consumerTimeout <= 0 {
+		errs = append(errs, errors.New("--http-api-max-body-bytes, --http-api-max-records, --http-api-max-consumers-per-group and --http-api-consumer-timeout must be positive"))
+	}
+	return errs
+}
+
+// enabled reports whether the HTTP API is served on listen: auto means on
+// a loopback address only (anyone who reaches the port may produce and
+// consume when no SASL user exists).
+func (o *httpAPIOptions) enabled(listen string) bool {
+	switch o.mode {
+	case "on", "true":
+		return true
+	case "off", "false":
+		return false
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (o *httpAPIOptions) newAPI(srv *broker.Server, logger *zap.Logger) *httpapi.API {
+	return httpapi.New(httpapi.Config{
+		Broker:               srv,
+		Logger:               logger.Named("httpapi"),
+		MaxBodyBytes:         o.maxBody,
+		MaxRecords:           o.maxRecords,
+		MaxInstancesPerGroup: o.maxPerGroup,
+		InstanceTimeout:      o.consumerTimeout,
+	})
 }
