@@ -69,7 +69,7 @@ lint: tools
 	@unformatted=$$(find . -path ./.git -prune -o -path '*/testdata' -prune -o -name '*.go' -print | xargs -r gofmt -l); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -w needed on:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	@# The binary also builds elsewhere (README: vetted, not tested there).
+	@# The binary also builds elsewhere (docs/operations.md: vetted, not tested there).
 	GOOS=darwin $(GO) vet ./...
 	"$(STATICCHECK)" ./...
 	cd compat-tests && $(GO) vet ./... && "$(STATICCHECK)" ./...
@@ -99,7 +99,7 @@ fuzz:
 		done; \
 	done
 
-# Ratios against baselines measured in the same run; see README.md.
+# Ratios against baselines measured in the same run; see docs/benchmarks.md.
 BENCH_ARGS ?=
 # e.g. SIDE_BY_SIDE_ARGS="-rounds 1 -p1-records 200000 -e2e-duration 5s" for a quick look
 # (it includes the transactions block, TX1 and TX2: -txn-rounds 0 skips it).

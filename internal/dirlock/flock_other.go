@@ -5,5 +5,5 @@ package dirlock
 import "os"
 
 // tryLock is a no-op where flock(2) does not exist: the broker is tested on
-// Linux only (README).
+// Linux only (docs/operations.md).
 func tryLock(*os.File) (bool, error) { return false, nil }
