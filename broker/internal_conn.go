@@ -51,7 +51,9 @@ func (s *Server) DialInternal(principal, client string) (net.Conn, error) {
 	if s.shutting.Load() {
 		return nil, ErrServerClosed
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	// No SOCK_CLOEXEC (not on every platform): the broker never execs, and
+	// fileConn dups the descriptors close-on-exec anyway.
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
 	if err != nil {
 		return nil, err
 	}
