@@ -78,7 +78,11 @@ func (s *Server) handleFetch(c *conn, req *kmsg.FetchRequest) (kmsg.Response, er
 		resp.ErrorCode = code
 		return resp, nil
 	}
-	return s.finishFetchSession(fc, req, s.fetchWait(c, read)), nil
+	resp := s.fetchWait(c, read)
+	if r := c.quotaFetch(fc, req, resp); r != nil {
+		return r, nil // over a client quota: throttled, no data (quotas.go)
+	}
+	return s.finishFetchSession(fc, req, resp), nil
 }
 
 // fetchWait reads req's partitions, waiting as MinBytes and MaxWaitMillis
@@ -100,6 +104,7 @@ func (s *Server) fetchWait(c *conn, req *kmsg.FetchRequest) *fetchResponse {
 		resp.release() // read again after the wait
 		waited := time.Now()
 		i := s.waitAny(waitOn, left)
+		c.quota.pollWait += time.Since(waited) // not handler time (request_percentage)
 		if i < 0 {
 			// Timed out: answer with what there is now (new data may have
 			// arrived between the last read and the wait).

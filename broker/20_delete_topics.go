@@ -12,7 +12,8 @@ import (
 //     closed and their directories removed; it vanishes from Metadata and
 //     Fetch at once. Its objects in the tiered store are deleted in the
 //     background (manifest first). Unknown topics get
-//     UNKNOWN_TOPIC_OR_PARTITION.
+//     UNKNOWN_TOPIC_OR_PARTITION. The virtual __consumer_offsets
+//     (internal_topics.go) is refused, INVALID_TOPIC_EXCEPTION.
 //
 // Version notes:
 //   - v6: topics by name or id (UNKNOWN_TOPIC_ID).
@@ -25,9 +26,13 @@ func (s *Server) handleDeleteTopics(c *conn, req *kmsg.DeleteTopicsRequest) (kms
 		if name != nil {
 			if !c.allowed(opDelete, resTopic, *name) {
 				st.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			} else if s.virtualOffsets(*name) {
+				st.ErrorCode, st.ErrorMessage = kerr.InvalidTopicException.Code, kmsg.StringPtr(errDeleteOffsetsTopic)
 			} else if t = s.reg.get(*name); t == nil {
 				st.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			}
+		} else if s.virtualOffsetsID(id) && c.allowed(opDelete, resTopic, offsetsTopic) {
+			st.Topic, st.ErrorCode, st.ErrorMessage = kmsg.StringPtr(offsetsTopic), kerr.InvalidTopicException.Code, kmsg.StringPtr(errDeleteOffsetsTopic)
 		} else if t = s.reg.getByID(id); t == nil {
 			st.ErrorCode = kerr.UnknownTopicID.Code
 		} else if !c.allowed(opDelete, resTopic, t.name) {

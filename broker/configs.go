@@ -163,7 +163,7 @@ var topicConfigs = []configDef{
 	{"leader.replication.throttled.replicas", "", cfgList, isReplicaList, "stored: one replica, nothing to throttle"},
 	{"max.compaction.lag.ms", "9223372036854775807", cfgLong, longAtLeast(1), "stored"},
 	{"max.message.bytes", "1048588", cfgInt, intRange(0, 1<<31-1), "largest record batch accepted"},
-	{"message.downconversion.enable", "true", cfgBoolean, isBool, "stored"},
+	{"message.downconversion.enable", "true", cfgBoolean, isBool, "stored: deprecated in Kafka 3.x (KIP-724); Fetch is served from v4, record batches v2, so nothing is ever down-converted"},
 	{"message.format.version", "3.0-IV1", cfgString, isFormatVersion, "stored: deprecated in Kafka 3.x (batches are always v2)"},
 	{"message.timestamp.after.max.ms", "9223372036854775807", cfgLong, longAtLeast(0), "CreateTime: how far after the broker's clock a batch's first and greatest timestamps may be (else INVALID_TIMESTAMP)"},
 	{"message.timestamp.before.max.ms", "9223372036854775807", cfgLong, longAtLeast(0), "CreateTime: how far before the broker's clock a batch's first and greatest timestamps may be (else INVALID_TIMESTAMP)"},

@@ -51,6 +51,8 @@ type conn struct {
 	partial     []byte // a pipelined frame still arriving: what arrived so far (see readFrameWithin)
 	partialSize int    // the whole frame's size
 
+	quota connQuota // client quotas: the throttle in force (quotas.go)
+
 	mu     sync.Mutex
 	busy   bool // a request is being handled
 	closed bool
@@ -124,6 +126,9 @@ func (c *conn) serve() {
 		}
 	}
 	for !c.s.shutting.Load() {
+		if !c.quota.muteUntil.IsZero() {
+			c.waitMute() // throttled by a quota: read nothing until it passes
+		}
 		c.nc.SetReadDeadline(c.readDeadline())
 		var frame []byte
 		var err error
@@ -204,6 +209,9 @@ func (c *conn) serve() {
 }
 
 func (c *conn) write(corr int32, resp kmsg.Response) error {
+	if !c.quota.muteUntil.IsZero() {
+		c.delayThrottled(resp)
+	}
 	c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
 	if fr, ok := resp.(*fetchResponse); ok {
 		return c.writeFetch(corr, fr)
@@ -231,7 +239,7 @@ func (c *conn) pipelineProduce(corr int32, first *deferredProduce) (int, error) 
 	}
 	items := []item{{corr, first}}
 	var readErr error // answered requests go out before the connection closes
-	for len(items) < maxPipelined && c.nextIsProduce() {
+	for len(items) < maxPipelined && c.quota.muteUntil.IsZero() && c.nextIsProduce() {
 		frame, err := c.readFrameWithin(pipelineWait)
 		if err != nil {
 			readErr = err
@@ -386,6 +394,10 @@ func (c *conn) handleFrame(frame []byte) (resp kmsg.Response, corr int32, err er
 			}
 		}
 	}()
-	resp, err = c.s.dispatch(c, req)
+	if c.s.quotasActive() {
+		resp, err = c.dispatchQuota(req, len(frame))
+	} else {
+		resp, err = c.s.dispatch(c, req)
+	}
 	return resp, corr, err
 }

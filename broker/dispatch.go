@@ -37,6 +37,8 @@ func (s *Server) dispatch(c *conn, req *protocol.Request) (kmsg.Response, error)
 		return s.handleDeleteTopics(c, b)
 	case *kmsg.InitProducerIDRequest:
 		return s.handleInitProducerID(c, b)
+	case *kmsg.OffsetForLeaderEpochRequest:
+		return s.handleOffsetForLeaderEpoch(c, b)
 	case *kmsg.DeleteRecordsRequest:
 		return s.handleDeleteRecords(c, b)
 	case *kmsg.DescribeConfigsRequest:
@@ -83,6 +85,12 @@ func (s *Server) dispatch(c *conn, req *protocol.Request) (kmsg.Response, error)
 		return s.handleAlterPartitionReassignments(c, b)
 	case *kmsg.ListPartitionReassignmentsRequest:
 		return s.handleListPartitionReassignments(c, b)
+	case *kmsg.DescribeClientQuotasRequest:
+		return s.handleDescribeClientQuotas(c, b)
+	case *kmsg.AlterClientQuotasRequest:
+		return s.handleAlterClientQuotas(c, b)
+	case *kmsg.DescribeTopicPartitionsRequest:
+		return s.handleDescribeTopicPartitions(c, b)
 	default:
 		return s.dispatchGroup(c, req)
 	}
@@ -90,7 +98,7 @@ func (s *Server) dispatch(c *conn, req *protocol.Request) (kmsg.Response, error)
 
 // handled lists the keys dispatch serves, for the test that the version
 // table and the handlers agree.
-var handled = []int16{0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 24, 25, 26, 28, 29, 30, 31, 32, 33, 35, 36, 37, 42, 43, 44, 45, 46, 47, 50, 51, 60, 61, 65, 66}
+var handled = []int16{0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 30, 31, 32, 33, 35, 36, 37, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 60, 61, 65, 66, 75}
 
 // errorResponse builds the response to req with code in every error field
 // a client checks, for a request whose handler failed (panicked). nil means

@@ -16,8 +16,8 @@ import (
 // the first FindCoordinator for a group, or from the start if groups exist;
 // fetches of it are empty, ListOffsets answers 0, produce is refused
 // (INVALID_TOPIC_EXCEPTION, as Kafka refuses clients' appends to internal
-// topics), and neither it nor __transaction_state is ever created as an
-// ordinary topic. A data directory that already holds an ordinary topic of
+// topics), so is DeleteTopics of it (20_delete_topics.go), and neither it
+// nor __transaction_state is ever created as an ordinary topic. A data directory that already holds an ordinary topic of
 // that name (created before this rule) keeps serving it instead.
 
 const (
@@ -30,6 +30,14 @@ func internalTopic(name string) bool { return name == offsetsTopic || name == tx
 
 // errInternalTopic: a client asked to create an internal topic.
 var errInternalTopic = errors.New("the name is reserved for a Kafka internal topic")
+
+// errDeleteOffsetsTopic answers a DeleteTopics of the virtual offsets
+// topic. Kafka's brokers would delete theirs (only kafka-topics.sh refuses
+// internal topics); here there is nothing to delete, the offsets being in
+// the group log, so it is refused as Kafka refuses other writes to internal
+// topics (INVALID_TOPIC_EXCEPTION). DeleteGroups and OffsetDelete remove
+// committed offsets.
+const errDeleteOffsetsTopic = "__consumer_offsets is an internal topic: committed offsets are kept in the group log; delete groups or their offsets instead"
 
 // virtualOffsets reports whether name is the virtual offsets topic and it
 // is shown.

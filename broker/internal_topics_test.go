@@ -55,6 +55,24 @@ func TestVirtualOffsetsTopic(t *testing.T) {
 	if !found {
 		t.Fatalf("__consumer_offsets after FindCoordinator: %+v", all.Topics)
 	}
+	named, err := adm.Metadata(ctx, offsetsTopic)
+	if mt := named.Topics[offsetsTopic]; err != nil || mt.Err != nil || !mt.IsInternal || len(mt.Partitions) != 1 {
+		t.Fatalf("Metadata of __consumer_offsets by name: %v %+v", err, mt)
+	}
+	// Deleting it is refused, by name and by id; it stays listed.
+	if dr, err := adm.DeleteTopics(ctx, offsetsTopic); err != nil || !errors.Is(dr[offsetsTopic].Err, kerr.InvalidTopicException) {
+		t.Fatalf("DeleteTopics __consumer_offsets: %v %+v", err, dr)
+	}
+	dreq := kmsg.NewPtrDeleteTopicsRequest()
+	dt := kmsg.NewDeleteTopicsRequestTopic()
+	dt.TopicID = named.Topics[offsetsTopic].ID
+	dreq.Topics = append(dreq.Topics, dt)
+	if dr, err := dreq.RequestWith(ctx, cl); err != nil || len(dr.Topics) != 1 || dr.Topics[0].ErrorCode != kerr.InvalidTopicException.Code {
+		t.Fatalf("DeleteTopics __consumer_offsets by id: %v %+v", err, dr)
+	}
+	if !ts.virtualOffsets(offsetsTopic) {
+		t.Fatal("__consumer_offsets gone after a refused delete")
+	}
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: offsetsTopic, Value: []byte("x")}).FirstErr(); !errors.Is(err, kerr.InvalidTopicException) {
 		t.Fatalf("produce to __consumer_offsets: %v, want INVALID_TOPIC_EXCEPTION", err)
 	}

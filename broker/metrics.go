@@ -44,13 +44,22 @@ var (
 	descSessions    = prometheus.NewDesc("synapse_fetch_sessions", "Incremental fetch sessions (KIP-227) in the cache.", nil, nil)
 	descSessParts   = prometheus.NewDesc("synapse_fetch_session_partitions", "Partitions held by the cached fetch sessions.", nil, nil)
 	descSessEvicts  = prometheus.NewDesc("synapse_fetch_session_evictions_total", "Fetch sessions evicted from the cache to make room for new ones.", nil, nil)
+
+	// Client quotas, per measured rate: type (produce, fetch, request) and
+	// the user and client id it is measured for ("" where the quota
+	// applied covers every one: a user's quota counts all its client ids).
+	quotaLabels         = []string{"type", "user", "client_id"}
+	descQuotaLimit      = prometheus.NewDesc("synapse_quota_limit", "Client quota in force: bytes/s (produce, fetch) or percent of one thread (request).", quotaLabels, nil)
+	descQuotaRate       = prometheus.NewDesc("synapse_quota_rate", "Rate measured against the client quota over the quota window: bytes/s or percent of one thread.", quotaLabels, nil)
+	descQuotaThrottleMs = prometheus.NewDesc("synapse_quota_throttle_time_ms_total", "Throttle time given to clients over the quota (responses' throttle_time_ms, the connection muted as long).", quotaLabels, nil)
+	descQuotaThrottled  = prometheus.NewDesc("synapse_quota_throttled_total", "Responses throttled for the client quota.", quotaLabels, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConns, descPartitions, descLocalBytes, descUpBytes, descUpSegs,
 		descDownBytes, descCacheHits, descCacheMisses, descTierErrors, descTierGets, descLagBytes, descLagSegs, descColdRate, descTailLate, descBackoffs,
 		descGroups, descMembers, descTxns, descAuthOK, descAuthFailed, descDenied, descFDBudget, descFDUsed, descFDRefused, descFDKernel,
-		descSessions, descSessParts, descSessEvicts} {
+		descSessions, descSessParts, descSessEvicts, descQuotaLimit, descQuotaRate, descQuotaThrottleMs, descQuotaThrottled} {
 		ch <- d
 	}
 }
@@ -95,6 +104,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descSessions, float64(sessions))
 	gauge(descSessParts, float64(sessParts))
 	counter(descSessEvicts, evictions)
+	s.sec.quotas.collect(ch)
 	fdUsed, _, fdRefused := s.cfg.FDs.Stats()
 	gauge(descFDBudget, float64(s.cfg.FDs.Max()))
 	gauge(descFDUsed, float64(fdUsed))

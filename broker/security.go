@@ -44,6 +44,8 @@ type security struct {
 	denied             atomic.Int64 // requests (resources) refused by ACLs
 
 	mirrors [2]metaMirror // users, ACLs
+
+	quotas *quotaStore // client quotas, quotas.json (quotas.go)
 }
 
 // SASL mechanisms a listener can offer.
@@ -85,6 +87,9 @@ func (s *Server) openSecurity() (*security, error) {
 	}
 	if sec.acls, err = auth.LoadACLs(ab); err != nil {
 		return nil, fmt.Errorf("broker: %s: %w", aclsFile, err)
+	}
+	if sec.quotas, err = s.openQuotas(); err != nil {
+		return nil, err
 	}
 	sec.users.SetPersist(s.persistSecurity(usersFile, &sec.mirrors[0]))
 	sec.acls.SetPersist(s.persistSecurity(aclsFile, &sec.mirrors[1]))
@@ -133,10 +138,10 @@ func (s *Server) readSecurityFile(name string) ([]byte, error) {
 	return b, err
 }
 
-// restoreSecurityFiles brings the bucket's copies of users.json and
-// acls.json into a data directory being restored (restoreFromTier).
+// restoreSecurityFiles brings the bucket's copies of users.json,
+// acls.json and quotas.json into a data directory being restored (restoreFromTier).
 func restoreSecurityFiles(ctx context.Context, dataDir string, t *tiering.Tier, logger *zap.Logger) error {
-	for _, f := range []struct{ name, key string }{{usersFile, usersKey}, {aclsFile, aclsKey}} {
+	for _, f := range []struct{ name, key string }{{usersFile, usersKey}, {aclsFile, aclsKey}, {quotasFile, quotasKey}} {
 		path := filepath.Join(dataDir, f.name)
 		if _, err := os.Stat(path); err == nil {
 			continue
@@ -178,6 +183,7 @@ func (s *Server) mirrorSecurity(ctx context.Context) {
 	for i := range s.sec.mirrors {
 		s.sec.mirrors[i].copy(ctx, s.cfg.Tier, s.repeat)
 	}
+	s.sec.quotas.mirror.copy(ctx, s.cfg.Tier, s.repeat)
 }
 
 // Secured reports whether clients authenticate (a SASL mechanism is

@@ -31,6 +31,7 @@ var versions = []VersionRange{
 	{Key: 20, Min: 0, Max: 6}, // DeleteTopics
 	{Key: 21, Min: 0, Max: 2}, // DeleteRecords
 	{Key: 22, Min: 0, Max: 5}, // InitProducerID
+	{Key: 23, Min: 0, Max: 4}, // OffsetForLeaderEpoch
 	{Key: 24, Min: 0, Max: 5}, // AddPartitionsToTxn
 	{Key: 25, Min: 0, Max: 4}, // AddOffsetsToTxn
 	{Key: 26, Min: 0, Max: 5}, // EndTxn
@@ -49,12 +50,15 @@ var versions = []VersionRange{
 	{Key: 45, Min: 0, Max: 1}, // AlterPartitionReassignments
 	{Key: 46, Min: 0, Max: 0}, // ListPartitionReassignments
 	{Key: 47, Min: 0, Max: 0}, // OffsetDelete
+	{Key: 48, Min: 0, Max: 1}, // DescribeClientQuotas
+	{Key: 49, Min: 0, Max: 1}, // AlterClientQuotas
 	{Key: 50, Min: 0, Max: 0}, // DescribeUserScramCredentials
 	{Key: 51, Min: 0, Max: 0}, // AlterUserScramCredentials
 	{Key: 60, Min: 0, Max: 1}, // DescribeCluster
 	{Key: 61, Min: 0, Max: 0}, // DescribeProducers
 	{Key: 65, Min: 0, Max: 0}, // DescribeTransactions
 	{Key: 66, Min: 0, Max: 2}, // ListTransactions
+	{Key: 75, Min: 0, Max: 0}, // DescribeTopicPartitions
 }
 
 var byKey = func() map[int16]VersionRange {

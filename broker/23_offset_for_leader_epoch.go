@@ -1,0 +1,145 @@
+package broker
+
+import (
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/synapsebroker/synapse/log"
+)
+
+// OffsetForLeaderEpoch: v0-4
+//
+// Behavior (Kafka's leader answer, KIP-101/KIP-320):
+//   - This broker leads every partition; its leader epoch grows by one on
+//     every start (meta.json) and is stamped into every batch it appends, so
+//     the log itself is the epoch history: epochs never go down along it.
+//   - The requested epoch is the current one: the log end offset (Kafka
+//     answers the leader's LEO for its current epoch, not the high
+//     watermark).
+//   - An older epoch E: the largest epoch <= E in the log with the offset
+//     where the next epoch starts (the first batch stamped above E, or the
+//     log end offset when none is: the current epoch starts there). With
+//     no batch <= E left in the local log, E itself with that offset, as
+//     Kafka answers an epoch below its cache's first. Batches moved to the
+//     tiered store are not searched: the local log's first batch stands
+//     for them.
+//   - An epoch above the current one, or -1: UNDEFINED (-1 epoch, -1
+//     offset), no error, as Kafka.
+//   - CurrentLeaderEpoch (v2+, -1 is none): older than the broker's is
+//     FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH.
+//   - Unknown topics and partitions: UNKNOWN_TOPIC_OR_PARTITION; an offline
+//     partition: KAFKA_STORAGE_ERROR. ReplicaID (v3+) changes nothing (no
+//     followers; Kafka too answers every caller as the leader).
+//   - __consumer_offsets, when shown (internal_topics.go): partition 0 is an
+//     empty log of the current epoch.
+//
+// ACLs: CLUSTER_ACTION on the cluster allows every topic (brokers' own
+// requests); else each topic needs DESCRIBE, else TOPIC_AUTHORIZATION_FAILED
+// on its partitions (Kafka's KafkaApis.handleOffsetForLeaderEpochRequest;
+// the cluster check is not audited as a denial).
+func (s *Server) handleOffsetForLeaderEpoch(c *conn, req *kmsg.OffsetForLeaderEpochRequest) (kmsg.Response, error) {
+	resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+	z := s.sec.authz
+	cluster := z == nil || z.Authorize(c.principal, c.ip, opClusterAction, resCluster, clusterName)
+	current := s.meta.m.LeaderEpoch
+	for _, rt := range req.Topics {
+		st := kmsg.NewOffsetForLeaderEpochResponseTopic()
+		st.Topic = rt.Topic
+		var code int16
+		var t *topic
+		virtual := false
+		if !cluster && !c.allowed(opDescribe, resTopic, rt.Topic) {
+			code = kerr.TopicAuthorizationFailed.Code
+		} else if t = s.reg.get(rt.Topic); t == nil {
+			code = kerr.UnknownTopicOrPartition.Code
+			virtual = s.virtualOffsets(rt.Topic)
+		}
+		for _, rp := range rt.Partitions {
+			if req.Version < 2 {
+				rp.CurrentLeaderEpoch = -1 // not sent: not decoded either
+			}
+			sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+			sp.Partition = rp.Partition
+			switch {
+			case virtual && rp.Partition == 0:
+				sp.ErrorCode, sp.LeaderEpoch, sp.EndOffset = epochEndOffset(nil, rp, current)
+			case t == nil:
+				sp.ErrorCode = code
+			default:
+				p := s.reg.partition(t, rp.Partition)
+				if p == nil {
+					sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+					break
+				}
+				sp.ErrorCode, sp.LeaderEpoch, sp.EndOffset = epochEndOffset(p.log, rp, current)
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp, nil
+}
+
+// epochEndOffset answers one partition (lp nil: an empty log at offset 0)
+// for a broker at leader epoch current: an error code, or the epoch and
+// end offset (-1, -1 when the epoch is undefined here).
+func epochEndOffset(lp *log.Partition, rp kmsg.OffsetForLeaderEpochRequestTopicPartition, current int32) (int16, int32, int64) {
+	if want := rp.CurrentLeaderEpoch; want >= 0 {
+		if want < current {
+			return kerr.FencedLeaderEpoch.Code, -1, -1
+		} else if want > current {
+			return kerr.UnknownLeaderEpoch.Code, -1, -1
+		}
+	}
+	var start, end int64
+	if lp != nil {
+		if lp.Err() != nil {
+			return kerr.KafkaStorageError.Code, -1, -1
+		}
+		start, end = lp.LocalStartOffset(), lp.LogEndOffset()
+	}
+	e := rp.LeaderEpoch
+	switch {
+	case e < 0 || e > current:
+		return 0, -1, -1
+	case e == current:
+		return 0, current, end
+	case lp == nil || start >= end:
+		return 0, e, end
+	}
+	// The first offset whose batch is stamped above e (end when none is):
+	// epochs grow along the log, so a binary search of batch headers.
+	epochAt := func(off int64) (int32, bool, error) {
+		var ep int32
+		found := false
+		err := lp.ScanHeaders(off, func(h *log.BatchHeader) bool {
+			ep, found = h.LeaderEpoch, true
+			return false
+		})
+		return ep, found, err
+	}
+	lo, hi := start, end
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		ep, ok, err := epochAt(mid)
+		if err != nil {
+			return kerr.KafkaStorageError.Code, -1, -1
+		}
+		if !ok || ep > e {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	if lo == start {
+		return 0, e, lo // no batch of e or older left
+	}
+	floor, ok, err := epochAt(lo - 1)
+	if err != nil {
+		return kerr.KafkaStorageError.Code, -1, -1
+	}
+	if !ok || floor < 0 || floor > e {
+		floor = e // unstamped batches (-1): no epoch Kafka would have cached
+	}
+	return 0, floor, lo
+}
