@@ -200,8 +200,7 @@ records. Without a bound the command runs until interrupted, and exits 0.
 With -g the records are consumed as member GROUP of a consumer group, from
 its committed offsets (-o only where it has none) and the records printed
 are committed; -e and --to then assume this is the group's only member.
-A partition whose last records are transaction markers never reaches --to
-end.
+Transaction markers are read (so --to end is reached) but never printed.
 
 ` + cliExitCodes,
 		Example: `  synapse consume orders -e
@@ -356,7 +355,9 @@ func runConsumeCLI(cmd *cobra.Command, o *consumeOptions, topics []string) error
 	if nOpen == 0 {
 		return nil
 	}
-	var opts []kgo.Opt
+	// Control records (transaction markers) are seen, not printed: a stop
+	// at the log end is often a marker's offset.
+	opts := []kgo.Opt{kgo.KeepControlRecords()}
 	if o.group != "" {
 		opts = append(opts, kgo.ConsumerGroup(o.group), kgo.ConsumeTopics(topics...),
 			kgo.ConsumeResetOffset(startSpec.kgoOffset()), kgo.AutoCommitMarks())
@@ -407,17 +408,24 @@ func runConsumeCLI(cmd *cobra.Command, o *consumeOptions, topics []string) error
 					pause[r.Topic] = append(pause[r.Topic], r.Partition)
 					return
 				}
-				if o.cli.json() {
+				if r.Attrs.IsControl() {
+					if o.group != "" {
+						cl.MarkCommitRecords(r) // the group's position moves past it
+					}
+				} else if o.cli.json() {
 					b, _ := json.Marshal(toJSONRecord(r))
 					buf = append(buf[:0], b...)
 					buf = append(buf, '\n')
+					w.Write(buf)
 				} else {
 					buf = appendRecord(buf[:0], toks, r)
+					w.Write(buf)
 				}
-				w.Write(buf)
-				printed++
-				if o.group != "" {
-					cl.MarkCommitRecords(r)
+				if !r.Attrs.IsControl() {
+					printed++
+					if o.group != "" {
+						cl.MarkCommitRecords(r)
+					}
 				}
 				if stop >= 0 && r.Offset+1 >= stop {
 					delete(open[r.Topic], r.Partition)

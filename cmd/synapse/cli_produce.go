@@ -172,7 +172,9 @@ func runProduceCLI(cmd *cobra.Command, o *produceOptions, topic string) error {
 		w        = cmd.OutOrStdout()
 		ew       = cmd.ErrOrStderr()
 	)
+	var pending sync.WaitGroup // records given to the client, not yet reported
 	report := func(r *kgo.Record, err error) {
+		defer pending.Done()
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -253,6 +255,7 @@ loop:
 		mu.Lock()
 		total++
 		mu.Unlock()
+		pending.Add(1)
 		cl.Produce(pctx, rec, report)
 	}
 	// Whatever was given to the client is delivered within --timeout of
@@ -262,6 +265,9 @@ loop:
 	if err := cl.Flush(fctx); err != nil {
 		cl.Close()
 	}
+	// Close fails what was buffered, reporting it from another goroutine:
+	// every record is counted before the exit status is decided.
+	pending.Wait()
 	mu.Lock()
 	defer mu.Unlock()
 	if readErr != nil {

@@ -189,6 +189,7 @@ func TestCLIExitCodes(t *testing.T) {
 		{2, []string{"cluster", "info", "--sasl-mechanism", "PLAIN"}},
 		{2, []string{"cluster", "info", "--sasl-mechanism", "GSSAPI", "--sasl-user", "u", "--sasl-password", "p"}},
 		{2, []string{"cluster", "info", "--tls-cert", "c.pem"}},
+		{2, []string{"topic", "list", "--log-level", "loud"}},
 		{1, []string{"cluster", "info", "--brokers", dead, "--timeout", "2s"}},
 		{1, []string{"topic", "list", "--brokers", dead, "--timeout", "2s"}},
 	} {
@@ -206,6 +207,11 @@ func TestCLIExitCodes(t *testing.T) {
 	// Help is no failure.
 	mustCLI(t, 0, "", "topic")
 	mustCLI(t, 0, "", "topic", "create", "--help")
+	// A bad environment twin is a usage error too.
+	t.Setenv("SYNAPSE_LOG_LEVEL", "loud")
+	if _, stderr, code := cli(t, "", "topic", "list", "--brokers", dead); code != 2 {
+		t.Errorf("a bad SYNAPSE_LOG_LEVEL: exit %d, want 2\n%s", code, stderr)
+	}
 }
 
 func TestCLIProduceConsumeRoundTrip(t *testing.T) {
@@ -468,5 +474,55 @@ func TestCLISASL(t *testing.T) {
 	_, stderr, code := cli(t, "", "topic", "list", "--brokers", addr, "--sasl-mechanism", "SCRAM-SHA-256", "--sasl-user", "admin", "--sasl-password", "wrong", "--timeout", "5s")
 	if code != 1 || !strings.Contains(stderr, "SASL_AUTHENTICATION_FAILED") {
 		t.Errorf("wrong password: exit %d\n%s", code, stderr)
+	}
+}
+
+// A topic written by a transactional producer ends with a COMMIT marker:
+// consume -e reads up to it (no hang), prints only the records, and a group
+// consume commits past the marker.
+func TestCLIConsumeTransactionalTopic(t *testing.T) {
+	addr := startCLIBroker(t)
+	b := []string{"--brokers", addr}
+	mustCLI(t, 0, "", append([]string{"topic", "create", "tx", "-p", "1"}, b...)...)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.TransactionalID("cli-tx"), kgo.DefaultProduceTopic("tx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i, commit := range []bool{true, false, true} {
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("v" + itoa(int64(i)))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// read_uncommitted (the default): the aborted record too, no markers.
+	type result struct {
+		out  string
+		code int
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, _, code := cli(t, "", append([]string{"consume", "tx", "-e"}, b...)...)
+		done <- result{out, code}
+	}()
+	select {
+	case r := <-done:
+		if r.code != 0 || r.out != "v0\nv1\nv2\n" {
+			t.Fatalf("consume -e: exit %d, %q", r.code, r.out)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("consume -e never reached the end of a transactional topic")
+	}
+	mustCLI(t, 0, "", append([]string{"consume", "tx", "-e", "-g", "g"}, b...)...)
+	out := mustCLI(t, 0, "", append([]string{"group", "describe", "g", "--format", "json"}, b...)...)
+	if !strings.Contains(out, `"lag": 0`) && !strings.Contains(out, `"lag":0`) {
+		t.Fatalf("group lag after consuming to the end, past the marker:\n%s", out)
 	}
 }

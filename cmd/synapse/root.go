@@ -34,12 +34,13 @@ func newRootCommand() *cobra.Command {
 		// is still printed for those mistakes but not for run-time failures.
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SilenceUsage = true
+			// A bad SYNAPSE_* value or log flag is a usage error (exit 2).
 			if err := applyEnv(cmd.Flags()); err != nil {
-				return err
+				return usageError{err}
 			}
 			logger, err := newLogger(cmd.ErrOrStderr(), o.logLevel, o.logFormat)
 			if err != nil {
-				return err
+				return usageError{err}
 			}
 			o.logger = logger
 			return nil
