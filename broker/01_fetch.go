@@ -104,7 +104,7 @@ func (s *Server) fetchWait(c *conn, req *kmsg.FetchRequest) *fetchResponse {
 		resp.release() // read again after the wait
 		waited := time.Now()
 		i := s.waitAny(waitOn, left)
-		c.quota.pollWait += time.Since(waited) // not handler time (request_percentage)
+		c.parkedSince(waited) // not handler time (request_percentage)
 		if i < 0 {
 			// Timed out: answer with what there is now (new data may have
 			// arrived between the last read and the wait).

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"math"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -43,7 +44,9 @@ func (s *Server) handleInitProducerID(c *conn, req *kmsg.InitProducerIDRequest) 
 		if req.Version >= 3 {
 			reqPID, reqEpoch = req.ProducerID, req.ProducerEpoch
 		}
+		t := time.Now()
 		pid, epoch, e := s.txns.InitProducerID(*req.TransactionalID, req.TransactionTimeoutMillis, reqPID, reqEpoch)
+		c.parkedSince(t) // mostly fsyncs (the transaction log, markers of an aborted transaction)
 		if e != nil {
 			resp.ErrorCode = e.Code
 			if e == kerr.ProducerFenced && req.Version < 4 {

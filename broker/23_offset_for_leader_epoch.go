@@ -13,6 +13,10 @@ import (
 //   - This broker leads every partition; its leader epoch grows by one on
 //     every start (meta.json) and is stamped into every batch it appends, so
 //     the log itself is the epoch history: epochs never go down along it.
+//     A start never lowers it (raiseLeaderEpoch): it starts above every
+//     epoch it finds in a partition's last batch, in a committed offset and
+//     in the bucket's copy of meta.json (a data directory restored from the
+//     bucket), which is what lets the search below be a binary one.
 //   - The requested epoch is the current one: the log end offset (Kafka
 //     answers the leader's LEO for its current epoch, not the high
 //     watermark).
@@ -23,12 +27,20 @@ import (
 //     Kafka answers an epoch below its cache's first. Batches moved to the
 //     tiered store are not searched: the local log's first batch stands
 //     for them.
-//   - An epoch above the current one, or -1: UNDEFINED (-1 epoch, -1
-//     offset), no error, as Kafka.
+//   - -1: UNDEFINED (-1 epoch, -1 offset), no error, as Kafka.
+//   - An epoch above the current one: the current epoch and the log end
+//     offset, no error. Kafka answers UNDEFINED there (its
+//     LeaderEpochFileCache.endOffsetFor finds no later epoch), which Java
+//     and librdkafka consumers take as a log truncation and reset their
+//     position; with one leader, no history diverges from the client's, so
+//     everything up to the log end is what it saw. (Such an epoch comes
+//     from a broker whose epochs went down, before raiseLeaderEpoch.)
 //   - CurrentLeaderEpoch (v2+, -1 is none): older than the broker's is
 //     FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH.
 //   - Unknown topics and partitions: UNKNOWN_TOPIC_OR_PARTITION; an offline
-//     partition: KAFKA_STORAGE_ERROR. ReplicaID (v3+) changes nothing (no
+//     partition: KAFKA_STORAGE_ERROR (a read failing once because
+//     retention or the tiering released local segments meanwhile is
+//     searched again from the new local start). ReplicaID (v3+) changes nothing (no
 //     followers; Kafka too answers every caller as the leader).
 //   - __consumer_offsets, when shown (internal_topics.go): partition 0 is an
 //     empty log of the current epoch.
@@ -100,19 +112,39 @@ func epochEndOffset(lp *log.Partition, rp kmsg.OffsetForLeaderEpochRequestTopicP
 	}
 	e := rp.LeaderEpoch
 	switch {
-	case e < 0 || e > current:
+	case e < 0:
 		return 0, -1, -1
-	case e == current:
-		return 0, current, end
+	case e >= current:
+		return 0, current, end // above the current epoch too: see the header
 	case lp == nil || start >= end:
 		return 0, e, end
 	}
-	// The first offset whose batch is stamped above e (end when none is):
-	// epochs grow along the log, so a binary search of batch headers.
+	epoch, off, err := searchEpochEnd(lp, e, start, end)
+	if err != nil {
+		// Retention or the tiering may have released the segments being
+		// read: once more from the local start as it is now.
+		if start = lp.LocalStartOffset(); start >= end {
+			return 0, e, end
+		}
+		if epoch, off, err = searchEpochEnd(lp, e, start, end); err != nil {
+			return kerr.KafkaStorageError.Code, -1, -1
+		}
+	}
+	return 0, epoch, off
+}
+
+// scanHeaders is lp.ScanHeaders (a variable for tests).
+var scanHeaders = (*log.Partition).ScanHeaders
+
+// searchEpochEnd finds, in the local log [start, end), the end of epoch e
+// (below the current one): the first offset whose batch is stamped above e
+// (end when none is), and the epoch of the batch before it.
+func searchEpochEnd(lp *log.Partition, e int32, start, end int64) (int32, int64, error) {
+	// Epochs grow along the log: a binary search of batch headers.
 	epochAt := func(off int64) (int32, bool, error) {
 		var ep int32
 		found := false
-		err := lp.ScanHeaders(off, func(h *log.BatchHeader) bool {
+		err := scanHeaders(lp, off, func(h *log.BatchHeader) bool {
 			ep, found = h.LeaderEpoch, true
 			return false
 		})
@@ -123,7 +155,7 @@ func epochEndOffset(lp *log.Partition, rp kmsg.OffsetForLeaderEpochRequestTopicP
 		mid := lo + (hi-lo)/2
 		ep, ok, err := epochAt(mid)
 		if err != nil {
-			return kerr.KafkaStorageError.Code, -1, -1
+			return 0, 0, err
 		}
 		if !ok || ep > e {
 			hi = mid
@@ -132,14 +164,14 @@ func epochEndOffset(lp *log.Partition, rp kmsg.OffsetForLeaderEpochRequestTopicP
 		}
 	}
 	if lo == start {
-		return 0, e, lo // no batch of e or older left
+		return e, lo, nil // no batch of e or older left
 	}
 	floor, ok, err := epochAt(lo - 1)
 	if err != nil {
-		return kerr.KafkaStorageError.Code, -1, -1
+		return 0, 0, err
 	}
 	if !ok || floor < 0 || floor > e {
 		floor = e // unstamped batches (-1): no epoch Kafka would have cached
 	}
-	return 0, floor, lo
+	return floor, lo, nil
 }

@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"time"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -88,7 +90,9 @@ func (s *Server) addPartitions(c *conn, id string, pid int64, epoch int16, topic
 		parts = nil
 	}
 	if len(parts) > 0 {
+		t := time.Now()
 		got, e := s.txns.AddPartitions(id, pid, epoch, parts, verify)
+		c.parkedSince(t) // mostly the transaction log's fsync
 		for i, k := range parts {
 			switch {
 			case e != nil:

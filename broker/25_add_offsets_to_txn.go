@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"time"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -25,7 +27,10 @@ func (s *Server) handleAddOffsetsToTxn(c *conn, req *kmsg.AddOffsetsToTxnRequest
 	case !c.allowed(opRead, resGroup, groupName(req.Group)):
 		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
 	default:
-		if e := s.txns.AddOffsets(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Group); e != nil {
+		t := time.Now()
+		e := s.txns.AddOffsets(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Group)
+		c.parkedSince(t) // mostly the transaction log's fsync
+		if e != nil {
 			resp.ErrorCode = fencedCode(e, req.Version, 2)
 		}
 	}

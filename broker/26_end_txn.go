@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"time"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -33,7 +35,9 @@ func (s *Server) handleEndTxn(c *conn, req *kmsg.EndTxnRequest) (kmsg.Response, 
 		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
 		return resp, nil
 	}
+	t := time.Now()
 	pid, epoch, e := s.txns.EndTxn(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit, req.Version >= 5)
+	c.parkedSince(t) // mostly fsyncs: the transaction log, the markers
 	if e != nil {
 		resp.ErrorCode = fencedCode(e, req.Version, 2)
 		return resp, nil

@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"time"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -71,7 +73,9 @@ func (s *Server) handleTxnOffsetCommit(c *conn, req *kmsg.TxnOffsetCommitRequest
 		}
 	}
 	if len(offs) > 0 {
+		t := time.Now()
 		got, e := s.txns.TxnOffsetCommit(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Group, offs)
+		c.parkedSince(t) // mostly fsyncs
 		for k, w := range where {
 			if e != nil {
 				codes[w[0]][w[1]] = fencedCode(e, req.Version, 3)

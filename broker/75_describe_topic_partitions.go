@@ -123,8 +123,12 @@ func (s *Server) handleDescribeTopicPartitions(c *conn, req *kmsg.DescribeTopicP
 			}
 			continue
 		}
-		upper := min(count, start+remaining)
-		st.Partitions = make([]kmsg.DescribeTopicPartitionsResponseTopicPartition, 0, max(upper-start, 0))
+		// A cursor past the topic's partitions starts at its end (none
+		// shown); the budget is added to what is left of the topic, never
+		// to the cursor itself (a cursor near MaxInt32 would overflow).
+		start = min(start, count)
+		upper := start + min(remaining, count-start)
+		st.Partitions = make([]kmsg.DescribeTopicPartitionsResponseTopicPartition, 0, upper-start)
 		for i := start; i < upper; i++ {
 			sp := kmsg.NewDescribeTopicPartitionsResponseTopicPartition()
 			sp.Partition, sp.LeaderID, sp.LeaderEpoch = i, node, s.meta.m.LeaderEpoch

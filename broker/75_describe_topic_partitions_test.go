@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 
@@ -125,6 +126,13 @@ func TestDescribeTopicPartitions(t *testing.T) {
 	r = describeTopicPartitions(t, cl, node, 10, &kmsg.DescribeTopicPartitionsRequestCursor{Topic: "c", Partition: 5})
 	if len(r.Topics) != 1 || *r.Topics[0].Topic != "c" || len(r.Topics[0].Partitions) != 0 || r.NextCursor != nil {
 		t.Fatalf("cursor c:5: %+v %+v", r.Topics, r.NextCursor)
+	}
+	// A cursor partition near MaxInt32: no overflow into a negative cursor.
+	for _, part := range []int32{math.MaxInt32, math.MaxInt32 - 5} {
+		r = describeTopicPartitions(t, cl, node, 10, &kmsg.DescribeTopicPartitionsRequestCursor{Topic: "b", Partition: part}, "b", "c")
+		if len(r.Topics) != 2 || *r.Topics[0].Topic != "b" || len(r.Topics[0].Partitions) != 0 || len(r.Topics[1].Partitions) != 1 || r.NextCursor != nil {
+			t.Fatalf("cursor b:%d: %+v %+v", part, r.Topics, r.NextCursor)
+		}
 	}
 	// A cursor topic not among those named, or a negative partition.
 	for _, c := range []kmsg.DescribeTopicPartitionsRequestCursor{{Topic: "b"}, {Topic: "a", Partition: -1}} {

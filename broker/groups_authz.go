@@ -3,6 +3,7 @@ package broker
 import (
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -26,6 +27,7 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 			resp.ErrorCode, resp.MemberID, resp.Generation = groupDenied, b.MemberID, -1
 			return resp, nil
 		}
+		defer c.parkedSince(time.Now()) // the rebalance is waited for: not handler time
 		return s.groups.JoinGroup(s.ctx, b, s.clientOf(c, req.ClientID)), nil
 	case *kmsg.SyncGroupRequest:
 		if !c.allowed(opRead, resGroup, groupName(b.Group)) {
@@ -33,6 +35,7 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 			resp.ErrorCode = groupDenied
 			return resp, nil
 		}
+		defer c.parkedSince(time.Now()) // the assignment is waited for: not handler time
 		return s.groups.SyncGroup(s.ctx, b), nil
 	case *kmsg.HeartbeatRequest:
 		if !c.allowed(opRead, resGroup, groupName(b.Group)) {
@@ -47,6 +50,7 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 			resp.ErrorCode = groupDenied
 			return resp, nil
 		}
+		defer c.parkedSince(time.Now()) // mostly the group log's fsync
 		return s.groups.LeaveGroup(b), nil
 	case *kmsg.OffsetCommitRequest:
 		return s.offsetCommit(c, b), nil
@@ -79,7 +83,9 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 	case *kmsg.DeleteGroupsRequest:
 		var denied []string
 		b.Groups, denied = split(b.Groups, func(g string) bool { return c.allowed(opDelete, resGroup, groupName(g)) })
+		t := time.Now()
 		resp := s.groups.DeleteGroups(b)
+		c.parkedSince(t) // mostly the group log's fsync
 		for _, g := range denied {
 			rg := kmsg.NewDeleteGroupsResponseGroup()
 			rg.Group, rg.ErrorCode = g, groupDenied
@@ -120,7 +126,9 @@ func (s *Server) offsetCommit(c *conn, b *kmsg.OffsetCommitRequest) kmsg.Respons
 	var resp *kmsg.OffsetCommitResponse
 	if groupOK {
 		b.Topics = keep
+		t := time.Now()
 		resp = s.groups.OffsetCommit(b)
+		c.parkedSince(t) // mostly the group log's fsync
 	} else {
 		resp = b.ResponseKind().(*kmsg.OffsetCommitResponse)
 	}
@@ -250,7 +258,9 @@ func (s *Server) offsetDelete(c *conn, b *kmsg.OffsetDeleteRequest) kmsg.Respons
 	}
 	var denied []kmsg.OffsetDeleteRequestTopic
 	b.Topics, denied = split(b.Topics, func(t kmsg.OffsetDeleteRequestTopic) bool { return c.allowed(opRead, resTopic, t.Topic) })
+	t := time.Now()
 	resp := s.groups.OffsetDelete(b)
+	c.parkedSince(t) // mostly the group log's fsync
 	for _, t := range denied {
 		rt := kmsg.NewOffsetDeleteResponseTopic()
 		rt.Topic = t.Topic

@@ -7,17 +7,23 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
+
+	"go.uber.org/zap"
 
 	"github.com/synapsebroker/synapse/log"
 )
 
 // brokerMeta is the broker's identity and counters, kept in meta.json.
 // The leader epoch grows on every start (Kafka clients use it to fence
-// stale metadata); producer ids are handed out in blocks so that InitProducerId
-// writes the file once per block, not once per producer.
+// stale metadata) and never goes down (raiseLeaderEpoch); producer ids are
+// handed out in blocks so that InitProducerId writes the file once per
+// block, not once per producer. With tiering the file is mirrored to the
+// bucket (metaMirrorKey), and a restore starts above the mirrored epoch
+// and producer ids.
 type brokerMeta struct {
 	Version       int    `json:"version"`
 	ClusterID     string `json:"cluster_id"`
@@ -28,18 +34,27 @@ type brokerMeta struct {
 
 const (
 	metaFile        = "meta.json"
+	metaMirrorKey   = "_synapse/meta.json"
 	producerIDBlock = 1000
+
+	// maxFoundEpoch bounds the epochs a start takes from what it finds
+	// (batches, committed offsets, the bucket's copy): one start adds one,
+	// so anything above is not an epoch of this broker's (a client may
+	// commit any epoch) and would only bring the int32 closer to overflow.
+	maxFoundEpoch = 1 << 24
 )
 
 type metaStore struct {
-	path string
-	mu   sync.Mutex
-	m    brokerMeta
-	next int64 // next producer id to hand out
+	path   string
+	mu     sync.Mutex
+	m      brokerMeta
+	next   int64      // next producer id to hand out
+	mirror metaMirror // meta.json for the bucket (copied with topics.json)
 }
 
 func openMeta(dataDir string) (*metaStore, error) {
 	ms := &metaStore{path: filepath.Join(dataDir, metaFile)}
+	ms.mirror.key = metaMirrorKey
 	b, err := os.ReadFile(ms.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -55,6 +70,9 @@ func openMeta(dataDir string) (*metaStore, error) {
 			return nil, fmt.Errorf("broker: %s is unreadable: %v", ms.path, err)
 		}
 	}
+	if ms.m.LeaderEpoch == math.MaxInt32 {
+		return nil, fmt.Errorf("broker: %s: leader epoch %d cannot grow", ms.path, ms.m.LeaderEpoch)
+	}
 	ms.m.LeaderEpoch++
 	ms.next = ms.m.ProducerIDEnd
 	return ms, ms.saveLocked()
@@ -65,7 +83,34 @@ func (ms *metaStore) saveLocked() error {
 	if err != nil {
 		return err
 	}
-	return log.WriteFileAtomic(log.OSFS, ms.path, b)
+	if err := log.WriteFileAtomic(log.OSFS, ms.path, b); err != nil {
+		return err
+	}
+	ms.mirror.queue(b) // copied only with tiering
+	return nil
+}
+
+// raiseLeaderEpoch makes the leader epoch at least floor (saved before it
+// applies). The server calls it while it opens, before anything is served
+// or stamped, so the epoch read without the lock does not change under a
+// request.
+func (ms *metaStore) raiseLeaderEpoch(floor int32) error {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if floor <= ms.m.LeaderEpoch {
+		return nil
+	}
+	ms.m.LeaderEpoch = floor
+	return ms.saveLocked()
+}
+
+// decodeMirroredMeta reads the bucket's copy of meta.json.
+func decodeMirroredMeta(b []byte) (brokerMeta, error) {
+	var m brokerMeta
+	if err := json.Unmarshal(b, &m); err != nil || m.Version != 1 {
+		return m, fmt.Errorf("broker: the tiered store's %s is unreadable: %v", metaMirrorKey, err)
+	}
+	return m, nil
 }
 
 // producerIDEnd is the bound below which ids may have been handed out.
@@ -101,4 +146,45 @@ func (ms *metaStore) nextProducerID() (int64, error) {
 	id := ms.next
 	ms.next++
 	return id, nil
+}
+
+// raiseLeaderEpoch starts the broker above every leader epoch it can find
+// (a meta.json lost, or a data directory restored from the bucket, would
+// otherwise start it at an epoch its clients have seen pass: Kafka clients
+// would take their positions for truncated): the epoch of each partition's
+// last local batch (epochs grow along a log) and the largest one of a
+// committed offset. Called once the partitions and the groups are open,
+// before anything is served.
+func (s *Server) raiseLeaderEpoch() error {
+	found := int32(-1)
+	if s.groups != nil {
+		found = s.groups.MaxLeaderEpoch(maxFoundEpoch - 1)
+	}
+	for _, t := range s.reg.all() {
+		for _, p := range s.reg.partitionsOf(t) {
+			if e := lastBatchEpoch(p.log); e < maxFoundEpoch {
+				found = max(found, e)
+			}
+		}
+	}
+	if found < 0 || found < s.meta.m.LeaderEpoch {
+		return nil
+	}
+	s.logger.Info("leader epoch raised above the epochs found", zap.Int32("found", found), zap.Int32("leader_epoch", found+1))
+	return s.meta.raiseLeaderEpoch(found + 1)
+}
+
+// lastBatchEpoch is the leader epoch of lp's last local batch (-1: none,
+// or it cannot be read).
+func lastBatchEpoch(lp *log.Partition) int32 {
+	end := lp.LogEndOffset()
+	if lp.Err() != nil || end <= lp.LocalStartOffset() {
+		return -1
+	}
+	e := int32(-1)
+	scanHeaders(lp, end-1, func(h *log.BatchHeader) bool {
+		e = h.LeaderEpoch
+		return true // on to the last
+	})
+	return e
 }

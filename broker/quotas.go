@@ -1,20 +1,25 @@
 package broker
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"math"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
 
 	"github.com/synapsebroker/synapse/protocol"
 )
@@ -70,10 +75,21 @@ const (
 	keyMutationRate = "controller_mutation_rate"
 	keyConnRate     = "connection_creation_rate"
 
-	// Sensors unused this long are dropped (Kafka's inactive sensor
-	// expiration).
-	quotaSensorIdle = time.Hour
+	// Sensors unused for the whole quota window (samples*window), and at
+	// least this long, are dropped (Kafka's inactive sensor expiration,
+	// an hour there: sooner here, so client ids seen once do not stay).
+	quotaSensorMinIdle = time.Minute
 )
+
+// maxQuotaSensors caps the measured rates (a variable for tests): past it,
+// a client id or user without a sensor of its own shares its entity's
+// overflow sensor (one rate for all of them, labelled client_id
+// "<overflow>"), so a client rotating client ids cannot grow the memory
+// and the metrics without bound.
+var maxQuotaSensors = 10000
+
+// maxQuotaLabel caps a user or client id label value, in bytes.
+const maxQuotaLabel = 256
 
 // quotaKind is one enforced quota.
 type quotaKind int
@@ -179,16 +195,20 @@ type quotaStore struct {
 	gen     atomic.Uint64                      // bumped when entries change (and sensors are swept)
 	on      atomic.Bool                        // some entity sets an enforced key
 	persist func([]byte) error
+	read    func() ([]byte, error) // quotas.json as it is on disk (nil: none)
 	mirror  metaMirror
+	logger  *zap.Logger
 
 	samples  int
 	windowMs int64
+	idle     time.Duration // sensors unused this long are dropped
 	now      func() time.Time
 
 	smu       sync.Mutex
 	clients   map[[2]string]*clientQuotas // by (user, client id)
 	sensors   map[sensorKey]*quotaSensor
 	lastSweep time.Time
+	capWarned bool // the sensor cap was reached (logged once)
 }
 
 // sensorKey names one measured rate: a kind and Kafka's metric tags (the
@@ -196,6 +216,9 @@ type quotaStore struct {
 type sensorKey struct {
 	kind         quotaKind
 	user, client string
+	// overflow: the entity whose clients share this sensor past the cap
+	// (user and client are then "").
+	overflow string
 }
 
 // clientQuotas is what applies to one (user, client id): a sensor per
@@ -312,7 +335,9 @@ func (s *Server) openQuotas() (*quotaStore, error) {
 	q := &quotaStore{
 		samples: max(quotaSamples, 2), windowMs: max(quotaWindow.Milliseconds(), 1), now: time.Now,
 		clients: map[[2]string]*clientQuotas{}, sensors: map[sensorKey]*quotaSensor{},
+		logger: s.logger,
 	}
+	q.idle = max(time.Duration(q.samples)*time.Duration(q.windowMs)*time.Millisecond, quotaSensorMinIdle)
 	q.mirror.key = quotasKey
 	b, err := s.readSecurityFile(quotasFile)
 	if err != nil {
@@ -323,6 +348,7 @@ func (s *Server) openQuotas() (*quotaStore, error) {
 	}
 	q.setOn()
 	q.persist = s.persistSecurity(quotasFile, &q.mirror)
+	q.read = func() ([]byte, error) { return s.readSecurityFile(quotasFile) }
 	if b != nil {
 		q.mirror.queue(b) // mirrored again at each start
 	}
@@ -356,24 +382,51 @@ func decodeQuotas(b []byte) (map[quotaEntity]map[string]float64, error) {
 	if f.Version != 1 {
 		return nil, fmt.Errorf("version %d, want 1", f.Version)
 	}
-	for _, fe := range f.Quotas {
-		var e quotaEntity
-		for _, c := range fe.Entity {
-			n := e.component(c.Type)
-			if n == nil || n.set {
-				return nil, fmt.Errorf("entity %v: bad or repeated type %q", fe.Entity, c.Type)
-			}
-			n.set, n.def = true, c.Name == nil
-			if c.Name != nil {
-				n.name = *c.Name
-			}
+	// Every entry passes AlterClientQuotas' checks: a value it refuses (0,
+	// negative, NaN, infinite, a fraction of an integral key, an unknown
+	// key, a bad entity) would make the throttle arithmetic meaningless.
+	for i, fe := range f.Quotas {
+		cs := make([]kmsg.AlterClientQuotasRequestEntryEntity, len(fe.Entity))
+		for j, c := range fe.Entity {
+			cs[j] = kmsg.AlterClientQuotasRequestEntryEntity{Type: c.Type, Name: c.Name}
 		}
-		if e.size() == 0 || len(fe.Values) == 0 {
-			return nil, fmt.Errorf("entity %v: empty", fe.Entity)
+		e, msg := quotaEntityOf(cs)
+		if msg == "" && len(fe.Values) == 0 {
+			msg = "no quota values"
 		}
-		m[e] = fe.Values
+		if msg == "" && m[e] != nil {
+			msg = fmt.Sprintf("duplicate entity %s", e)
+		}
+		var vs map[string]float64
+		if msg == "" {
+			ops := make([]kmsg.AlterClientQuotasRequestEntryOp, 0, len(fe.Values))
+			for _, k := range slices.Sorted(maps.Keys(fe.Values)) {
+				ops = append(ops, kmsg.AlterClientQuotasRequestEntryOp{Key: k, Value: fe.Values[k]})
+			}
+			vs, msg = applyQuotaOps(e, nil, ops)
+		}
+		if msg != "" {
+			return nil, fmt.Errorf("entry %d (entity %s): %s", i, quotaFileEntity(fe.Entity), msg)
+		}
+		m[e] = vs
 	}
 	return m, nil
+}
+
+// quotaFileEntity shows a file entry's entity for an error message.
+func quotaFileEntity(cs []quotaFileComponent) string {
+	var b strings.Builder
+	for _, c := range cs {
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		name := "<default>"
+		if c.Name != nil {
+			name = strconv.Quote(*c.Name)
+		}
+		b.WriteString(c.Type + "=" + name)
+	}
+	return b.String()
 }
 
 func encodeQuotas(m map[quotaEntity]map[string]float64) []byte {
@@ -432,7 +485,7 @@ func quotaUserOf(principal string) string {
 
 // resolve finds, for each kind, the most specific entity setting its key
 // (mu held for reading).
-func (q *quotaStore) resolve(user, client string) (limits [numKinds]float64, keys [numKinds]sensorKey, found [numKinds]bool) {
+func (q *quotaStore) resolve(user, client string) (limits [numKinds]float64, keys [numKinds]sensorKey, ents [numKinds]quotaEntity, found [numKinds]bool) {
 	u, cl := quotaName{set: true, name: user}, quotaName{set: true, name: client}
 	def := quotaName{set: true, def: true}
 	order := [...]quotaEntity{
@@ -446,7 +499,7 @@ func (q *quotaStore) resolve(user, client string) (limits [numKinds]float64, key
 			if !ok {
 				continue
 			}
-			limits[k], found[k] = v, true
+			limits[k], found[k], ents[k] = v, true, e
 			keys[k] = sensorKey{kind: k}
 			if e.user.set {
 				keys[k].user = user
@@ -471,23 +524,35 @@ func (q *quotaStore) clientFor(user, client string) *clientQuotas {
 		return cq
 	}
 	now := q.now()
-	if now.Sub(q.lastSweep) > time.Minute {
+	if now.Sub(q.lastSweep) > time.Minute || len(q.clients) >= maxQuotaSensors {
 		q.sweepLocked(now)
 		gen = q.gen.Load()
 	}
 	q.mu.RLock()
-	limits, keys, found := q.resolve(user, client)
+	limits, keys, ents, found := q.resolve(user, client)
 	q.mu.RUnlock()
 	cq := &clientQuotas{gen: gen, user: user, client: client}
 	for kind := range numKinds {
 		if !found[kind] {
 			continue
 		}
-		s := q.sensors[keys[kind]]
+		key := keys[kind]
+		s := q.sensors[key]
+		if s == nil && len(q.sensors) >= maxQuotaSensors {
+			// Past the cap: the entity's clients without a sensor share
+			// one (its rate and limit are the entity's).
+			if !q.capWarned && q.logger != nil {
+				q.capWarned = true
+				q.logger.Warn("client quota sensors capped: clients past the cap share their quota entity's overflow sensor",
+					zap.Int("sensors", maxQuotaSensors), zap.String("entity", labelValue(ents[kind].String())))
+			}
+			key = sensorKey{kind: kind, overflow: ents[kind].String()}
+			s = q.sensors[key]
+		}
 		if s == nil {
-			s = &quotaSensor{key: keys[kind], rate: quotaRate{start: make([]int64, q.samples), val: make([]float64, q.samples)}}
+			s = &quotaSensor{key: key, rate: quotaRate{start: make([]int64, q.samples), val: make([]float64, q.samples)}}
 			s.used = now.UnixMilli()
-			q.sensors[keys[kind]] = s
+			q.sensors[key] = s
 		}
 		s.mu.Lock()
 		s.limit = limits[kind] // a changed quota applies to the rate so far, as Kafka's
@@ -498,11 +563,11 @@ func (q *quotaStore) clientFor(user, client string) *clientQuotas {
 	return cq
 }
 
-// sweepLocked drops sensors idle for quotaSensorIdle and the resolutions
-// of clients (smu held); with a sensor gone, connections resolve again.
+// sweepLocked drops sensors idle for q.idle and the resolutions of
+// clients (smu held); with a sensor gone, connections resolve again.
 func (q *quotaStore) sweepLocked(now time.Time) {
 	q.lastSweep = now
-	cut := now.Add(-quotaSensorIdle).UnixMilli()
+	cut := now.Add(-q.idle).UnixMilli()
 	dropped := false
 	for k, s := range q.sensors {
 		s.mu.Lock()
@@ -518,6 +583,9 @@ func (q *quotaStore) sweepLocked(now time.Time) {
 	clear(q.clients)
 	if dropped {
 		q.gen.Add(1)
+		if len(q.sensors) < maxQuotaSensors {
+			q.capWarned = false // warned again if the cap is reached again
+		}
 	}
 }
 
@@ -527,7 +595,7 @@ type connQuota struct {
 	cq        *clientQuotas // the resolution last used (checked against the store's generation)
 	cur       *clientQuotas // the request being handled: quotas apply (nil: none)
 	start     time.Time     // when its handler began
-	pollWait  time.Duration // time the handler spent in a long poll: not handler time
+	parked    time.Duration // time the handler spent waiting (long poll, rebalance, fsync): not handler time
 	done      bool          // the handler applied the quotas itself (Fetch)
 	muteUntil time.Time     // read no request before this
 }
@@ -549,7 +617,7 @@ func (c *conn) dispatchQuota(req *protocol.Request, frameLen int) (kmsg.Response
 	if !cq.any {
 		return c.s.dispatch(c, req)
 	}
-	cs.cur, cs.start, cs.pollWait, cs.done = cq, time.Now(), 0, false
+	cs.cur, cs.start, cs.parked, cs.done = cq, time.Now(), 0, false
 	defer func() { cs.cur = nil }()
 	if f, ok := req.Body.(*kmsg.FetchRequest); ok && cq.sensors[kindFetch] != nil && f.ReplicaID < 0 && f.ReplicaState.ID < 0 {
 		// No more than the quota window holds: a larger response is
@@ -573,10 +641,22 @@ func (c *conn) dispatchQuota(req *protocol.Request, frameLen int) (kmsg.Response
 	}
 	exempt := req.Key == 17 || req.Key == 36 || req.Key == 0 && resp == nil // SASL; acks=0 produce
 	if s := cq.sensors[kindRequest]; s != nil && !exempt {
-		rq = s.record(q, handlerPercent(now.Sub(cs.start)-cs.pollWait), now.UnixMilli(), true)
+		rq = s.record(q, handlerPercent(now.Sub(cs.start)-cs.parked), now.UnixMilli(), true)
 	}
 	c.throttle(resp, cq, bw, rq, now)
 	return resp, err
+}
+
+// parkedSince counts the time since t as parked: the handler waited (a
+// long poll, a rebalance, an fsync) rather than worked, and Kafka's
+// request_percentage counts only request-thread time, its waits being
+// delayed operations. Calls into a coordinator that mostly wait are timed
+// whole: their own work (a lock, an encode) is microseconds beside the
+// wait, and uncharged with it.
+func (c *conn) parkedSince(t time.Time) {
+	if c != nil {
+		c.quota.parked += time.Since(t)
+	}
 }
 
 // handlerPercent is Kafka's nanosToPercentage: handler time as the
@@ -628,7 +708,7 @@ func (c *conn) quotaFetch(fc fetchCtx, req *kmsg.FetchRequest, resp *fetchRespon
 		bw = fs.record(q, size, nowMs, true)
 	}
 	if s := cq.sensors[kindRequest]; s != nil {
-		rq = s.record(q, handlerPercent(now.Sub(cs.start)-cs.pollWait), nowMs, true)
+		rq = s.record(q, handlerPercent(now.Sub(cs.start)-cs.parked), nowMs, true)
 	}
 	if bw <= 0 && rq <= 0 {
 		return nil
@@ -822,8 +902,21 @@ func (q *quotaStore) alter(entries []kmsg.AlterClientQuotasRequestEntry, validat
 	if !dirty {
 		return results, nil, nil
 	}
-	if err := q.persist(encodeQuotas(next)); err != nil {
-		return results, nil, err
+	b := encodeQuotas(next)
+	if err := q.persist(b); err != nil {
+		// The file may hold the change anyway (a failure after the
+		// rename, syncing the directory): memory follows what the file
+		// holds, which is what a restart loads.
+		if q.read == nil {
+			return results, nil, err
+		}
+		if cur, rerr := q.read(); rerr != nil || !bytes.Equal(cur, b) {
+			return results, nil, err
+		}
+		if q.logger != nil {
+			q.logger.Warn("client quotas stored, but not known durable", zap.String("file", quotasFile), zap.Error(err))
+		}
+		q.mirror.queue(b)
 	}
 	q.mu.Lock()
 	q.entries = next
@@ -942,12 +1035,55 @@ func (q *quotaStore) collect(ch chan<- prometheus.Metric) {
 		ss = append(ss, s)
 	}
 	q.smu.Unlock()
+	// Label values are client data (client ids, user names): made valid
+	// UTF-8 and capped, each series once (a registry refuses a duplicate
+	// and the whole scrape with it), and never a Must* that would panic in
+	// the registry's collecting goroutine.
+	seen := make(map[[3]string]bool, len(ss))
 	for _, s := range ss {
-		labels := []string{kindNames[s.key.kind], s.key.user, s.key.client}
+		labels := [3]string{kindNames[s.key.kind], labelValue(s.key.user), labelValue(s.key.client)}
+		if s.key.overflow != "" {
+			labels[1], labels[2] = labelValue(s.key.overflow), "<overflow>"
+		}
+		if seen[labels] {
+			continue
+		}
+		seen[labels] = true
 		limit, rate := s.snapshot(q, now.UnixMilli())
-		ch <- prometheus.MustNewConstMetric(descQuotaLimit, prometheus.GaugeValue, limit, labels...)
-		ch <- prometheus.MustNewConstMetric(descQuotaRate, prometheus.GaugeValue, rate, labels...)
-		ch <- prometheus.MustNewConstMetric(descQuotaThrottleMs, prometheus.CounterValue, float64(s.throttleMs.Load()), labels...)
-		ch <- prometheus.MustNewConstMetric(descQuotaThrottled, prometheus.CounterValue, float64(s.throttled.Load()), labels...)
+		for _, m := range []struct {
+			d *prometheus.Desc
+			t prometheus.ValueType
+			v float64
+		}{
+			{descQuotaLimit, prometheus.GaugeValue, limit},
+			{descQuotaRate, prometheus.GaugeValue, rate},
+			{descQuotaThrottleMs, prometheus.CounterValue, float64(s.throttleMs.Load())},
+			{descQuotaThrottled, prometheus.CounterValue, float64(s.throttled.Load())},
+		} {
+			if pm, err := prometheus.NewConstMetric(m.d, m.t, m.v, labels[:]...); err == nil {
+				ch <- pm
+			}
+		}
 	}
+}
+
+// labelValue makes client data a metric label value: valid UTF-8, at most
+// maxQuotaLabel bytes. A value changed on the way ends in "~" and a hash of
+// the original, so two client ids that differ only in what was changed
+// stay two series.
+func labelValue(v string) string {
+	if len(v) <= maxQuotaLabel && utf8.ValidString(v) {
+		return v
+	}
+	h := fnv.New32a()
+	h.Write([]byte(v))
+	sum := fmt.Sprintf("~%08x", h.Sum32())
+	out := strings.ToValidUTF8(v, "\uFFFD")
+	if cut := maxQuotaLabel - len(sum); len(out) > cut {
+		out = out[:cut]
+		for len(out) > 0 && !utf8.ValidString(out) {
+			out = out[:len(out)-1] // a rune cut in the middle
+		}
+	}
+	return out + sum
 }

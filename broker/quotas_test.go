@@ -5,13 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -133,25 +137,25 @@ func TestQuotaResolutionOrder(t *testing.T) {
 		{user: u("alice"), client: def}:    {keyProducerRate: 2},
 		{user: u("alice"), client: u("a")}: {keyRequestPct: 1},
 	}}
-	limits, keys, found := q.resolve("alice", "a")
+	limits, keys, _, found := q.resolve("alice", "a")
 	want := [numKinds]float64{2, 3, 1}
-	wantKeys := [numKinds]sensorKey{{kindProduce, "alice", "a"}, {kindFetch, "alice", ""}, {kindRequest, "alice", "a"}}
+	wantKeys := [numKinds]sensorKey{{kindProduce, "alice", "a", ""}, {kindFetch, "alice", "", ""}, {kindRequest, "alice", "a", ""}}
 	if limits != want || keys != wantKeys || found != [numKinds]bool{true, true, true} {
 		t.Fatalf("alice/a: %v %v %v, want %v %v", limits, keys, found, want, wantKeys)
 	}
-	limits, keys, _ = q.resolve("bob", "a")
+	limits, keys, _, _ = q.resolve("bob", "a")
 	if want := [numKinds]float64{6, 7, 8}; limits != want {
 		t.Fatalf("bob/a: %v, want %v", limits, want)
 	}
-	if want := (sensorKey{kindProduce, "bob", ""}); keys[kindProduce] != want {
+	if want := (sensorKey{kindProduce, "bob", "", ""}); keys[kindProduce] != want {
 		t.Fatalf("bob/a produce measured as %v, want %v (each user its own default rate)", keys[kindProduce], want)
 	}
-	if want := (sensorKey{kindRequest, "", "a"}); keys[kindRequest] != want {
+	if want := (sensorKey{kindRequest, "", "a", ""}); keys[kindRequest] != want {
 		t.Fatalf("bob/a request measured as %v, want %v", keys[kindRequest], want)
 	}
 	delete(q.entries, quotaEntity{client: def})
 	delete(q.entries, quotaEntity{user: def})
-	if _, _, found := q.resolve("bob", "z"); found != [numKinds]bool{} {
+	if _, _, _, found := q.resolve("bob", "z"); found != [numKinds]bool{} {
 		t.Fatalf("bob/z: %v, want no quota", found)
 	}
 }
@@ -748,4 +752,243 @@ func BenchmarkQuotaRequestOverhead(b *testing.B) {
 	b.Run("others", run)
 	alter("pipe")
 	b.Run("applying", run)
+}
+
+// newTestQuotas is a quota store with entries, as openQuotas makes one.
+func newTestQuotas(entries map[quotaEntity]map[string]float64) *quotaStore {
+	q := &quotaStore{samples: 11, windowMs: 1000, idle: quotaSensorMinIdle, now: time.Now, entries: entries,
+		clients: map[[2]string]*clientQuotas{}, sensors: map[sensorKey]*quotaSensor{}, logger: zap.NewNop()}
+	q.setOn()
+	return q
+}
+
+// gatherQuotas collects q's metrics through a registry, as a scrape does:
+// the metrics by their label values, or the registry's error.
+func gatherQuotas(t *testing.T, q *quotaStore) (map[string]float64, error) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(quotaCollector{q}); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			k := mf.GetName()
+			for _, l := range m.GetLabel() {
+				k += "," + l.GetName() + "=" + l.GetValue()
+			}
+			out[k] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	return out, err
+}
+
+type quotaCollector struct{ q *quotaStore }
+
+func (c quotaCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descQuotaLimit, descQuotaRate, descQuotaThrottleMs, descQuotaThrottled} {
+		ch <- d
+	}
+}
+
+func (c quotaCollector) Collect(ch chan<- prometheus.Metric) { c.q.collect(ch) }
+
+// A client id that is not valid UTF-8, or is huge, becomes a label value
+// Prometheus takes (valid, at most maxQuotaLabel bytes, told apart by a
+// hash): a scrape neither panics (MustNewConstMetric did, in the
+// registry's goroutine: the process died) nor fails.
+func TestQuotaMetricsTakeAnyClientID(t *testing.T) {
+	def := quotaName{set: true, def: true}
+	q := newTestQuotas(map[quotaEntity]map[string]float64{{client: def}: {keyRequestPct: 50}})
+	long := strings.Repeat("é", 400) // 800 bytes
+	ids := []string{"\xff\xfe", "\xfe\xff", "\uFFFD\uFFFD", long, long + "x", "ok"}
+	for _, id := range ids {
+		q.clientFor("ANONYMOUS", id).sensors[kindRequest].record(q, 1, time.Now().UnixMilli(), false)
+	}
+	got, err := gatherQuotas(t, q)
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	labels := map[string]bool{}
+	for k := range got {
+		if !strings.HasPrefix(k, "synapse_quota_rate,") {
+			continue
+		}
+		_, id, _ := strings.Cut(k, "client_id=")
+		id, _, _ = strings.Cut(id, ",")
+		if !utf8.ValidString(id) || len(id) > maxQuotaLabel {
+			t.Fatalf("label %q: invalid or longer than %d bytes", id, maxQuotaLabel)
+		}
+		labels[id] = true
+	}
+	if len(labels) != len(ids) || !labels["ok"] || !labels["\uFFFD\uFFFD"] {
+		t.Fatalf("client_id labels %q, want one per client id (%d)", slices.Sorted(maps.Keys(labels)), len(ids))
+	}
+}
+
+// Sensors are capped: past the cap, new client ids share their entity's
+// overflow sensor (one series), and sensors idle for the whole window (at
+// least a minute) go.
+func TestQuotaSensorsAreCapped(t *testing.T) {
+	old := maxQuotaSensors
+	maxQuotaSensors = 5
+	t.Cleanup(func() { maxQuotaSensors = old })
+	def := quotaName{set: true, def: true}
+	q := newTestQuotas(map[quotaEntity]map[string]float64{{client: def}: {keyRequestPct: 50}})
+	now := time.Now()
+	q.now = func() time.Time { return now }
+	var over *quotaSensor
+	for i := range 50 {
+		s := q.clientFor("ANONYMOUS", fmt.Sprint("rotating-", i)).sensors[kindRequest]
+		s.record(q, 1, now.UnixMilli(), false)
+		if i >= maxQuotaSensors {
+			if over == nil {
+				over = s
+			}
+			if s != over || s.key.overflow == "" {
+				t.Fatalf("client %d past the cap: sensor %+v, want the shared overflow one", i, s.key)
+			}
+		}
+	}
+	if n := len(q.sensors); n != maxQuotaSensors+1 {
+		t.Fatalf("%d sensors, want %d and the overflow one", n, maxQuotaSensors)
+	}
+	got, err := gatherQuotas(t, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := got["synapse_quota_rate,client_id=<overflow>,type=request,user=client-id=<default>"]; v <= 0 {
+		t.Fatalf("no overflow series with a rate: %v", got)
+	}
+	if len(got) != 4*(maxQuotaSensors+1) {
+		t.Fatalf("%d series, want %d", len(got), 4*(maxQuotaSensors+1))
+	}
+	// An existing client keeps its own sensor past the cap.
+	if s := q.clientFor("ANONYMOUS", "rotating-0").sensors[kindRequest]; s.key.overflow != "" {
+		t.Fatal("a client with its own sensor moved to the overflow one")
+	}
+	// Idle for the window: dropped.
+	now = now.Add(q.idle + 2*time.Minute)
+	q.clientFor("ANONYMOUS", "late")
+	if n := len(q.sensors); n != 1 {
+		t.Fatalf("%d sensors after they idled, want 1 (the new client's)", n)
+	}
+}
+
+// A JoinGroup parked for the rebalance (the initial delay, a second here)
+// is not charged as handler time: request_percentage counts the time a
+// handler works, as Kafka's request threads do, not what it waits for.
+func TestQuotaRequestTimeLeavesOutParkedJoins(t *testing.T) {
+	ts := startServerConfig(t, Config{DataDir: t.TempDir(), GroupInitialRebalanceDelay: time.Second})
+	_, adm := client(t, ts.addr)
+	alterQuotas(t, adm, kadm.AlterClientQuotaEntry{Entity: kadm.ClientQuotaEntity{qClient(strp("jg"))},
+		Ops: []kadm.AlterClientQuotaOp{setQuota(keyRequestPct, 1e6)}})
+	cl, _ := client(t, ts.addr, kgo.ClientID("jg"))
+	ctx := ctxT(t)
+	req := kmsg.NewPtrJoinGroupRequest()
+	req.Group, req.SessionTimeoutMillis, req.RebalanceTimeoutMillis, req.ProtocolType = "g", 10000, 10000, "consumer"
+	req.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: []byte{}}}
+	start := time.Now()
+	for {
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.ErrorCode == kerr.MemberIDRequired.Code {
+			req.MemberID = resp.MemberID
+			continue
+		}
+		if resp.ErrorCode != 0 {
+			t.Fatalf("join: %v", kerr.ErrorForCode(resp.ErrorCode))
+		}
+		break
+	}
+	if took := time.Since(start); took < 900*time.Millisecond {
+		t.Fatalf("the join took %v: not parked for the initial delay", took)
+	}
+	s := ts.sec.quotas.sensors[sensorKey{kind: kindRequest, client: "jg"}]
+	if s == nil {
+		t.Fatal("no request sensor for jg")
+	}
+	s.mu.Lock()
+	var charged float64
+	for _, v := range s.rate.val {
+		charged += v
+	}
+	s.mu.Unlock()
+	// 100 is a whole second of one thread.
+	if charged > 20 {
+		t.Fatalf("charged %.1f%% of a thread-second for a join that mostly waited", charged)
+	}
+}
+
+// quotas.json is checked as AlterClientQuotas checks a change: a value
+// that would make the throttle arithmetic meaningless (0: an infinite
+// throttle) stops the start with the file's name and the entry.
+func TestQuotasFileIsChecked(t *testing.T) {
+	for _, body := range []string{
+		`{"version":1,"quotas":[{"entity":[{"type":"client-id","name":null}],"values":{"request_percentage":0}}]}`,
+		`{"version":1,"quotas":[{"entity":[{"type":"user","name":"a"}],"values":{"producer_byte_rate":-5}}]}`,
+		`{"version":1,"quotas":[{"entity":[{"type":"user","name":"a"}],"values":{"producer_byte_rate":1.5}}]}`,
+		`{"version":1,"quotas":[{"entity":[{"type":"user","name":"a"}],"values":{"no_such_key":1}}]}`,
+		`{"version":1,"quotas":[{"entity":[{"type":"user","name":""}],"values":{"producer_byte_rate":1}}]}`,
+		`{"version":1,"quotas":[{"entity":[{"type":"ip","name":"not-an-ip"}],"values":{"connection_creation_rate":1}}]}`,
+		`{"version":1,"quotas":[{"entity":[{"type":"ip","name":null},{"type":"user","name":null}],"values":{"connection_creation_rate":1}}]}`,
+		`{"version":1,"quotas":[{"entity":[{"type":"user","name":"a"}],"values":{"producer_byte_rate":1}},{"entity":[{"type":"user","name":"a"}],"values":{"consumer_byte_rate":1}}]}`,
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, quotasFile), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(Config{DataDir: dir, Logger: zap.NewNop()})
+		if err == nil {
+			s.Close()
+			t.Fatalf("%s: the server started", body)
+		}
+		if !strings.Contains(err.Error(), quotasFile) {
+			t.Fatalf("%s: error %v does not name %s", body, err, quotasFile)
+		}
+	}
+	good := `{"version":1,"quotas":[{"entity":[{"type":"ip","name":"::ffff:10.0.0.1"}],"values":{"connection_creation_rate":3}}]}`
+	m, err := decodeQuotas([]byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m[quotaEntity{ip: quotaName{set: true, name: "10.0.0.1"}}]; !ok {
+		t.Fatalf("ip entity not normalized as AlterClientQuotas does: %v", m)
+	}
+}
+
+// A store that fails after quotas.json was replaced (syncing the directory)
+// leaves memory as the file is (what a restart loads); one that fails
+// before leaves both as they were.
+func TestQuotasFollowTheFileAfterAFailedStore(t *testing.T) {
+	ts := startServer(t, t.TempDir())
+	_, adm := client(t, ts.addr)
+	q := ts.sec.quotas
+	orig := q.persist
+	q.persist = func(b []byte) error {
+		if err := orig(b); err != nil {
+			return err
+		}
+		return errors.New("injected: sync the directory")
+	}
+	alterQuotas(t, adm, kadm.AlterClientQuotaEntry{Entity: kadm.ClientQuotaEntity{qUser(strp("after"))},
+		Ops: []kadm.AlterClientQuotaOp{setQuota(keyProducerRate, 1000)}})
+	if got := describeQuotas(t, adm, false); !slices.Equal(got, []string{"{user=after}: producer_byte_rate=1000.000000"}) {
+		t.Fatalf("after a failure past the rename: %q", got)
+	}
+	q.persist = func([]byte) error { return errors.New("injected: disk full") }
+	res, err := adm.AlterClientQuotas(ctxT(t), []kadm.AlterClientQuotaEntry{{Entity: kadm.ClientQuotaEntity{qUser(strp("before"))},
+		Ops: []kadm.AlterClientQuotaOp{setQuota(keyProducerRate, 1000)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || res[0].Err == nil {
+		t.Fatalf("a failed store answered %+v", res)
+	}
+	if got := describeQuotas(t, adm, false); !slices.Equal(got, []string{"{user=after}: producer_byte_rate=1000.000000"}) {
+		t.Fatalf("after a failure before the rename: %q", got)
+	}
 }

@@ -135,7 +135,10 @@ func New(cfg Config) (*Server, error) {
 		// then). Other starts do not need the bucket.
 		marker := filepath.Join(cfg.DataDir, restorePending)
 		if _, err := os.Stat(marker); err == nil {
-			err := s.rebaseRestored(context.Background())
+			err := s.restoreMeta(context.Background())
+			if err == nil {
+				err = s.rebaseRestored(context.Background())
+			}
 			if err == nil {
 				// Durably gone before anything is served: a marker back
 				// after a power loss would restore producer state again
@@ -154,6 +157,11 @@ func New(cfg Config) (*Server, error) {
 	{
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		err := s.openGroups(ctx)
+		if err == nil {
+			// Before the transactions open: recovery stamps the epoch
+			// into the markers it writes.
+			err = s.raiseLeaderEpoch()
+		}
 		if err == nil {
 			err = s.openTxns(ctx)
 		}

@@ -302,7 +302,40 @@ func (s *Server) queueTopicsMirror(b []byte) {
 // changed since the last copy; it reports whether the bucket has the
 // latest copy.
 func (s *Server) mirrorTopics(ctx context.Context) bool {
+	s.meta.mirror.copy(ctx, s.cfg.Tier, s.repeat) // meta.json beside it: the epoch and producer ids a restore starts above
 	return s.topicsMirror.copy(ctx, s.cfg.Tier, s.repeat)
+}
+
+// restoreMeta starts a restored broker above the bucket's copy of
+// meta.json: a leader epoch above the mirrored one, producer ids above
+// those handed out (an older bucket has no copy: nothing to do). Each
+// start runs it while the restore marker is there, before the marker
+// goes, so a crash cannot skip it.
+func (s *Server) restoreMeta(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	b, err := s.cfg.Tier.Store().GetRange(ctx, metaMirrorKey, 0, -1)
+	if errors.Is(err, tiering.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("broker: restore: read %s from the tiered store: %w", metaMirrorKey, err)
+	}
+	m, err := decodeMirroredMeta(b)
+	if err != nil {
+		return err
+	}
+	if err := s.meta.reserveProducerIDsBelow(m.ProducerIDEnd); err != nil {
+		return err
+	}
+	if m.LeaderEpoch >= 0 && m.LeaderEpoch < maxFoundEpoch {
+		if err := s.meta.raiseLeaderEpoch(m.LeaderEpoch + 1); err != nil {
+			return err
+		}
+	}
+	s.logger.Info("restored broker metadata from the tiered store", zap.Int32("mirrored_leader_epoch", m.LeaderEpoch),
+		zap.Int32("leader_epoch", s.meta.m.LeaderEpoch), zap.Int64("producer_id_end", m.ProducerIDEnd))
+	return nil
 }
 
 // restorePending, in the data directory, marks a restore from the bucket

@@ -1422,3 +1422,87 @@ func storeThatGoesAway() (*tiering.MemStore, *atomic.Bool) {
 	})
 	return store, away
 }
+
+// TestRestoreKeepsTheLeaderEpochGrowing: a broker restored into an empty
+// data directory starts above the epochs of the broker it replaces (which
+// restarted several times): above the bucket's copy of meta.json, and,
+// with no copy (an older bucket), above the epochs its consumers committed
+// with. OffsetForLeaderEpoch for the committed epoch answers an end at or
+// past the committed offset (no false truncation), and an epoch above the
+// broker's is answered with the log end, not UNDEFINED.
+func TestRestoreKeepsTheLeaderEpochGrowing(t *testing.T) {
+	for _, mirrored := range []bool{true, false} {
+		t.Run(fmt.Sprintf("mirrored=%v", mirrored), func(t *testing.T) {
+			store := tiering.NewMemStore()
+			dir := t.TempDir()
+			ctx := ctxT(t)
+			ts := startTiered(t, dir, tiering.New(store, nil, 8<<20))
+			_, adm := client(t, ts.addr)
+			if _, err := adm.CreateTopic(ctx, 1, 1, nil, "ep"); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 4 {
+				if i > 0 {
+					ts.stop(t)
+					ts = startTiered(t, dir, tiering.New(store, nil, 8<<20))
+				}
+				cl, _ := client(t, ts.addr, kgo.DefaultProduceTopic("ep"))
+				for range 2 {
+					if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("v")}).FirstErr(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				cl.Close()
+			}
+			old := ts.meta.m.LeaderEpoch
+			if old < 3 {
+				t.Fatalf("epoch %d after 3 restarts", old)
+			}
+			_, adm = client(t, ts.addr)
+			var commit kadm.Offsets
+			commit.Add(kadm.Offset{Topic: "ep", Partition: 0, At: 8, LeaderEpoch: old})
+			if err := adm.CommitAllOffsets(ctx, "g", commit); err != nil {
+				t.Fatal(err)
+			}
+			ts.stop(t) // offloads the segments and mirrors topics.json, meta.json and the groups
+			if _, err := store.GetRange(ctx, metaMirrorKey, 0, -1); err != nil {
+				t.Fatalf("meta.json not mirrored: %v", err)
+			}
+			if !mirrored {
+				if err := store.Delete(ctx, metaMirrorKey); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			ts = startTiered(t, t.TempDir(), tiering.New(store, nil, 8<<20))
+			cur := ts.meta.m.LeaderEpoch
+			if cur <= old {
+				t.Fatalf("restored at leader epoch %d, not above the old broker's %d", cur, old)
+			}
+			_, adm = client(t, ts.addr)
+			ask := func(epoch int32) kadm.OffsetForLeaderEpoch {
+				t.Helper()
+				var req kadm.OffsetForLeaderEpochRequest
+				req.Add("ep", 0, epoch)
+				res, err := adm.OffsetForLeaderEpoch(ctx, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res["ep"][0]
+			}
+			if r := ask(old); r.Err != nil || r.LeaderEpoch < 0 || r.EndOffset < 8 {
+				t.Fatalf("epoch %d (the committed one): %+v, want an end >= 8", old, r)
+			}
+			if r := ask(cur + 50); r.Err != nil || r.LeaderEpoch != cur || r.EndOffset != 8 {
+				t.Fatalf("epoch above the broker's: %+v, want epoch %d end 8", r, cur)
+			}
+			offs, err := adm.FetchOffsets(ctx, "g")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o, _ := offs.Lookup("ep", 0); o.At != 8 || o.LeaderEpoch != old {
+				t.Fatalf("restored commit %+v", o)
+			}
+		})
+	}
+}

@@ -343,6 +343,24 @@ func (c *Coordinator) Close() {
 	}
 }
 
+// MaxLeaderEpoch is the largest leader epoch of a committed offset at or
+// below limit (-1 if none is): a broker restored from a mirror starts above
+// it, so the epochs its consumers committed with are never in its future.
+// Epochs above limit are left out (a client may commit any epoch).
+func (c *Coordinator) MaxLeaderEpoch(limit int32) int32 {
+	most := int32(-1)
+	for _, g := range c.all() {
+		g.mu.Lock()
+		for _, v := range g.offsets {
+			if v.LeaderEpoch > most && v.LeaderEpoch <= limit {
+				most = v.LeaderEpoch
+			}
+		}
+		g.mu.Unlock()
+	}
+	return most
+}
+
 // Changes counts durable changes; a mirror is stale if it was taken at a
 // lower count.
 func (c *Coordinator) Changes() uint64 { return c.changes.Load() }
