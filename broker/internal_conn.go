@@ -3,19 +3,18 @@ package broker
 import (
 	"errors"
 	"net"
-	"os"
+	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 )
 
 // Internal connections: the HTTP API (package httpapi) talks to the broker
 // as a Kafka client does, over connections that never leave the process.
-// Each is one end of a socket pair, served like an accepted connection
-// that already authenticated as a principal, so every request goes through
-// the same handlers, limits and ACLs as a Kafka client's. They count
-// against MaxConnections (each holds two descriptors) and Shutdown closes
-// them like the others.
+// Each is one end of an in-memory pipe (net.Pipe: no file descriptor),
+// served like an accepted connection that already authenticated as a
+// principal, so every request goes through the same handlers, limits and
+// ACLs as a Kafka client's. They count against MaxConnections and Shutdown
+// closes them like the others.
 
 // ErrConnectionLimit is returned by DialInternal when the broker already
 // serves MaxConnections connections.
@@ -51,22 +50,12 @@ func (s *Server) DialInternal(principal, client string) (net.Conn, error) {
 	if s.shutting.Load() {
 		return nil, ErrServerClosed
 	}
-	// No SOCK_CLOEXEC (not on every platform): the broker never execs, and
-	// fileConn dups the descriptors close-on-exec anyway.
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
-	if err != nil {
-		return nil, err
-	}
-	ours, err := fileConn(fds[0])
-	if err != nil {
-		unix.Close(fds[1])
-		return nil, err
-	}
-	theirs, err := fileConn(fds[1])
-	if err != nil {
-		ours.Close()
-		return nil, err
-	}
+	// An in-memory pipe, not a socket pair: it holds no descriptor, so
+	// however many internal connections the HTTP API opens, the
+	// descriptors stay the log segments' and Kafka clients'. It supports
+	// deadlines; the fetch path writes it with its copy fallback (sendfile
+	// is for *net.TCPConn only).
+	ours, theirs := net.Pipe()
 	remote := net.Addr(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if ap, err := net.ResolveTCPAddr("tcp", client); err == nil && ap.IP != nil {
 		remote = ap
@@ -91,21 +80,24 @@ func (s *Server) DialInternal(principal, client string) (net.Conn, error) {
 	return theirs, nil
 }
 
-// fileConn makes a net.Conn of a socket descriptor (which it takes over).
-func fileConn(fd int) (net.Conn, error) {
-	f := os.NewFile(uintptr(fd), "internal")
-	defer f.Close() // FileConn holds a duplicate
-	return net.FileConn(f)
-}
-
 // Login checks user and password as PLAIN does (against the SCRAM
 // credentials) and returns the principal ("User:<user>"). Unlike
 // CheckLogin it asks for no ACL: what the principal may do is decided
-// request by request. Failures are audited.
+// request by request. Failures are audited and answered after
+// FailedAuthDelay, as a failed SASL exchange is (a password guesser gets
+// few tries a second per connection).
 func (s *Server) Login(user, password, client string) (string, bool) {
 	if !s.sec.users.CheckPlain(user, password) {
 		s.sec.audit.Warn("authentication failed", zap.String("event", "authentication_failed"), zap.String("mechanism", "HTTP Basic"),
 			zap.String("client", client))
+		if d := s.cfg.FailedAuthDelay; d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-s.ctx.Done():
+				t.Stop()
+			}
+		}
 		return "", false
 	}
 	return "User:" + user, true

@@ -148,6 +148,29 @@ func TestHTTPProduceFetch(t *testing.T) {
 	if r := httpDo(t, "GET", url+"/healthz", "", nil); r.status != 200 {
 		t.Fatalf("/healthz: %d", r.status)
 	}
+	// HTTP produce creates no topic (the broker's auto-creation is for
+	// Kafka clients' Metadata): 404 40401, and the topic stays unknown.
+	wantHTTPError(t, httpDo(t, "POST", fmt.Sprintf("%s/produce?topic=%s&partition=0", url, topic), "application/octet-stream", []byte("v")), 404, 40401)
+	wantHTTPError(t, httpDo(t, "POST", fmt.Sprintf("%s/produce/batch?topic=%s", url, topic), "application/x-synapse-records", frame(nil, nil, []byte("v"))), 404, 40401)
+	wantHTTPError(t, httpDo(t, "POST", url+"/topics/"+topic, "application/vnd.kafka.binary.v2+json", []byte(`{"records":[{"value":"AA=="}]}`)), 404, 40401)
+	{
+		cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		adm := kadm.NewClient(cl)
+		td, err := adm.ListTopics(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if td.Has(topic) && td[topic].Err == nil {
+			t.Fatalf("HTTP produce created %s", topic)
+		}
+		if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+			t.Fatal(err)
+		}
+		cl.Close()
+	}
 	// The original API: one record a request.
 	for i := range 3 {
 		r := httpDo(t, "POST", fmt.Sprintf("%s/produce?topic=%s&partition=0", url, topic), "application/octet-stream", fmt.Appendf(nil, "http-%d", i))
@@ -474,14 +497,25 @@ func TestHTTPBasicAuthAndACLs(t *testing.T) {
 	if !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Basic") {
 		t.Fatalf("401 without WWW-Authenticate: %v", r.header)
 	}
+	// A wrong password is answered after the broker's failed-login delay
+	// (as a failed SASL exchange is).
+	t0 := time.Now()
 	wantHTTPError(t, httpDo(t, "POST", prod, oct, []byte("v"), "Authorization", "carol:wrong"), 401, 40101)
+	if d := time.Since(t0); d < 10*time.Millisecond {
+		t.Fatalf("a failed HTTP Basic login answered after %s, before the harness's 10ms --sasl-failed-auth-delay", d)
+	}
 	// Logged in, but no ACL: the broker's answer, 403.
 	wantHTTPError(t, httpDo(t, "POST", prod, oct, []byte("v"), "Authorization", "carol:carol-secret"), 403, 40301)
 	// /healthz stays open.
 	if r := httpDo(t, "GET", url+"/healthz", "", nil); r.status != 200 {
 		t.Fatalf("/healthz: %d", r.status)
 	}
-	// The super user may; then carol with her ACLs.
+	// The super user may (HTTP produce creates no topic: a Kafka client
+	// does); then carol with her ACLs.
+	wantHTTPError(t, httpDo(t, "POST", prod, oct, []byte("by admin"), "Authorization", "admin:"+secureAdminPassword), 404, 40401)
+	if _, err := sb.adm(t).CreateTopic(testCtx(t, 30*time.Second), 1, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
 	if r := httpDo(t, "POST", prod, oct, []byte("by admin"), "Authorization", "admin:"+secureAdminPassword); r.status != 200 {
 		t.Fatalf("admin produce: %d %s", r.status, r.body)
 	}
@@ -522,4 +556,97 @@ func TestHTTPBasicAuthAndACLs(t *testing.T) {
 		}
 	}
 	wantHTTPError(t, last, 403, 40302)
+}
+
+// The consumer flows the review found broken, on a real binary: seek
+// before the first assignment (create, subscribe, seek, poll), the
+// auto-commit of what was returned when the instance is deleted, a REST
+// produce where one partition fails, and a null value of GET /fetch.
+func TestHTTPRESTSeekCommitPartial(t *testing.T) {
+	b := httpBroker(t, nil)
+	url := b.httpURL()
+	topic := uniqueTopic(t)
+	ctx := testCtx(t, time.Minute)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	mb := "2000"
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 2, 1, map[string]*string{"max.message.bytes": &mb}, topic); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: 0, Value: fmt.Appendf(nil, "v%d", i)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const v2 = "application/vnd.kafka.v2+json"
+	group := topic + "-g"
+	if r := httpDo(t, "POST", url+"/consumers/"+group, v2, []byte(`{"name":"c","auto.offset.reset":"latest"}`)); r.status != 200 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	inst := url + "/consumers/" + group + "/instances/c"
+	if r := httpDo(t, "POST", inst+"/subscription", v2, fmt.Appendf(nil, `{"topics":[%q]}`, topic)); r.status != 204 {
+		t.Fatalf("subscribe: %d %s", r.status, r.body)
+	}
+	if r := httpDo(t, "POST", inst+"/positions", v2, fmt.Appendf(nil, `{"offsets":[{"topic":%q,"partition":0,"offset":2}]}`, topic)); r.status != 204 {
+		t.Fatalf("seek: %d %s", r.status, r.body)
+	}
+	type rec struct {
+		Partition int32 `json:"partition"`
+		Offset    int64 `json:"offset"`
+	}
+	var got []rec
+	for deadline := time.Now().Add(20 * time.Second); len(got) < 4 && time.Now().Before(deadline); {
+		var batch []rec
+		r := httpDo(t, "GET", inst+"/records?timeout=500", "", nil, "Accept", "application/vnd.kafka.binary.v2+json")
+		r.decode(t, &batch)
+		got = append(got, batch...)
+	}
+	if len(got) != 4 || got[0].Offset != 2 {
+		t.Fatalf("after a seek to 2 before the assignment (auto.offset.reset latest): %+v", got)
+	}
+	// Deleted right after: auto-commit commits the records returned.
+	if r := httpDo(t, "DELETE", inst, "", nil); r.status != 204 {
+		t.Fatalf("delete: %d %s", r.status, r.body)
+	}
+	fo, err := kadm.NewClient(cl).FetchOffsets(ctx, group)
+	if err != nil || fo.Error() != nil {
+		t.Fatal(err, fo.Error())
+	}
+	if o, _ := fo.Lookup(topic, 0); o.At != 6 {
+		t.Fatalf("committed after DELETE: %d, want 6", o.At)
+	}
+
+	// One partition refuses its batch (too large), the other writes: 200,
+	// the refused records with error_code and a null offset.
+	small := base64.StdEncoding.EncodeToString([]byte("s"))
+	big := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("x"), 4000))
+	r := httpDo(t, "POST", url+"/topics/"+topic, "application/vnd.kafka.binary.v2+json",
+		fmt.Appendf(nil, `{"records":[{"value":%q,"partition":0},{"value":%q,"partition":1}]}`, small, big))
+	var out struct {
+		Offsets []struct {
+			Partition int32   `json:"partition"`
+			Offset    *int64  `json:"offset"`
+			ErrorCode *int    `json:"error_code"`
+			Error     *string `json:"error"`
+		} `json:"offsets"`
+	}
+	r.decode(t, &out)
+	if r.status != 200 || len(out.Offsets) != 2 || out.Offsets[0].Offset == nil || *out.Offsets[0].Offset != 6 ||
+		out.Offsets[1].Offset != nil || out.Offsets[1].ErrorCode == nil || out.Offsets[1].Error == nil {
+		t.Fatalf("partial produce: %d %s", r.status, r.body)
+	}
+	wantHTTPError(t, httpDo(t, "POST", url+"/topics/"+topic, "application/vnd.kafka.binary.v2+json",
+		fmt.Appendf(nil, `{"records":[{"value":%q,"partition":0},{"value":%q,"partition":9}]}`, small, small)), 404, 40402)
+
+	// A null value: an empty body and X-Kafka-Value-Null.
+	if r := httpDo(t, "POST", fmt.Sprintf("%s/produce/batch?topic=%s&partition=0", url, topic), "application/x-synapse-records", frame(nil, nil, nil)); r.status != 200 {
+		t.Fatalf("produce a null value: %d %s", r.status, r.body)
+	}
+	r = httpDo(t, "GET", fmt.Sprintf("%s/fetch?topic=%s&partition=0&offset=7", url, topic), "", nil)
+	if r.status != 200 || len(r.body) != 0 || r.header.Get("X-Kafka-Value-Null") != "true" {
+		t.Fatalf("fetch of a null value: %d %q %v", r.status, r.body, r.header)
+	}
 }

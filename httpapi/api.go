@@ -37,7 +37,8 @@ type Broker interface {
 	DialInternal(principal, client string) (net.Conn, error)
 	// Secured reports whether callers must log in.
 	Secured() bool
-	// Login checks a user's password and returns its principal.
+	// Login checks a user's password and returns its principal; a
+	// failure is answered after the broker's delay for failed logins.
 	Login(user, password, client string) (string, bool)
 }
 
@@ -165,7 +166,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTT
 
 // Close removes every consumer instance (each leaves its group, committing
 // what it auto-commits) and closes the Kafka clients, within ctx. Requests
-// after it are answered 503.
+// after it are answered 503; long polls of GET /records end at once.
 func (a *API) Close(ctx context.Context) {
 	if a.closed.Swap(true) {
 		return
@@ -175,12 +176,12 @@ func (a *API) Close(ctx context.Context) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		var wg sync.WaitGroup
 		for _, in := range a.consumers.removeAll() {
-			wg.Add(1)
-			go func() { defer wg.Done(); in.close() }()
+			go a.consumers.closeRemoved(in)
 		}
-		wg.Wait()
+		// Also the instances the janitor expired and DELETEs removed,
+		// still closing.
+		a.consumers.closing.Wait()
 		a.clients.closeAll()
 	}()
 	select {
@@ -203,7 +204,7 @@ func (a *API) janitor() {
 		case now := <-t.C:
 			for _, in := range a.consumers.expire(now.Add(-a.cfg.InstanceTimeout)) {
 				a.log.Info("HTTP API: consumer instance expired", zap.String("group", in.group), zap.String("instance", in.id))
-				go in.close()
+				go a.consumers.closeRemoved(in)
 			}
 			a.clients.expire(now.Add(-clientIdle))
 		}
@@ -224,7 +225,7 @@ type request struct {
 func (a *API) wrap(fn func(*request)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if a.closed.Load() {
-			writeError(w, &apiError{status: http.StatusServiceUnavailable, code: 50301, msg: "the broker is shutting down"})
+			writeError(w, errShuttingDown())
 			return
 		}
 		req := &request{w: w, r: r, ctx: r.Context(), principal: auth.Anonymous, client: r.RemoteAddr}
@@ -239,6 +240,8 @@ func (a *API) wrap(fn func(*request)) http.HandlerFunc {
 				writeError(w, &apiError{status: http.StatusUnauthorized, code: 40101, msg: "authentication required: HTTP Basic with a SASL user of the broker"})
 				return
 			}
+			// A failed login is answered after the broker's
+			// FailedAuthDelay, as a failed SASL exchange is.
 			principal, ok := a.cfg.Broker.Login(u, p, host)
 			if !ok {
 				w.Header().Set("WWW-Authenticate", `Basic realm="synapse"`)
@@ -286,6 +289,10 @@ func errTopicNotFound(topic string) *apiError {
 
 func errPartitionNotFound(topic string, p int32) *apiError {
 	return errNotFound(40402, "Partition %d of topic %s not found.", p, topic)
+}
+
+func errShuttingDown() *apiError {
+	return newErr(http.StatusServiceUnavailable, 50301, "the broker is shutting down")
 }
 
 func errInstanceNotFound() *apiError {
@@ -353,7 +360,7 @@ func clientErr(err error, topic string, p int32) *apiError {
 	case errors.Is(err, context.Canceled):
 		return newErr(499, 49901, "request cancelled")
 	case errors.Is(err, kgo.ErrClientClosed):
-		return newErr(http.StatusServiceUnavailable, 50301, "the broker is shutting down")
+		return errShuttingDown()
 	}
 	return newErr(http.StatusServiceUnavailable, 50301, "broker unavailable: %v", err)
 }

@@ -123,6 +123,20 @@ func wantError(t *testing.T, r resp, status, code int) {
 	}
 }
 
+// createTopic creates topic with parts partitions and configs ("k", "v",
+// ...).
+func (e *env) createTopic(t *testing.T, topic string, parts int32, configs ...string) {
+	t.Helper()
+	_, adm := e.kafka(t)
+	cfg := map[string]*string{}
+	for i := 0; i+1 < len(configs); i += 2 {
+		cfg[configs[i]] = &configs[i+1]
+	}
+	if _, err := adm.CreateTopic(context.Background(), parts, 1, cfg, topic); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func consume(t *testing.T, cl *kgo.Client, n int) []*kgo.Record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -141,6 +155,7 @@ func consume(t *testing.T, cl *kgo.Client, n int) []*kgo.Record {
 
 func TestProduceFetchRoundTrip(t *testing.T) {
 	e := start(t, httpapi.Config{})
+	e.createTopic(t, "rt", 1)
 	var got struct {
 		Topic     string `json:"topic"`
 		Partition int32  `json:"partition"`
@@ -224,6 +239,7 @@ func batchCount(t *testing.T, e *env, topic string) []int32 {
 
 func TestProduceBatch(t *testing.T) {
 	e := start(t, httpapi.Config{MaxRecords: 100, MaxBodyBytes: 64 << 10})
+	e.createTopic(t, "b", 1)
 	b64 := base64.StdEncoding.EncodeToString
 	body := fmt.Sprintf(`{"records":[{"key":%q,"value":%q,"headers":[{"key":"h","value":%q}]},{"value":%q},{"key":null,"value":null}]}`,
 		b64([]byte("k0")), b64([]byte("v0")), b64([]byte("hv")), b64([]byte("v1")))
@@ -519,6 +535,7 @@ func TestBrokerShutdownWithInternalConns(t *testing.T) {
 	hs := httptest.NewServer(api)
 	defer hs.Close()
 	e := &env{srv: srv, addr: ln.Addr().String(), api: api, http: hs}
+	e.createTopic(t, "s", 1)
 	if r := e.do(t, "POST", "/produce?topic=s", "", []byte("v")); r.status != 200 {
 		t.Fatalf("produce: %d %s", r.status, r.body)
 	}
@@ -545,4 +562,291 @@ func TestBrokerShutdownWithInternalConns(t *testing.T) {
 		t.Fatalf("long poll across the stop: %d %s", r.status, r.body)
 	}
 	wantError(t, e.do(t, "POST", "/produce?topic=s", "", []byte("v")), 503, 50301)
+}
+
+const v2 = "application/vnd.kafka.v2+json"
+
+// pollUntil GETs records of inst until n came back.
+func (e *env) pollUntil(t *testing.T, inst string, n int) []restRec {
+	t.Helper()
+	var got []restRec
+	deadline := time.Now().Add(20 * time.Second)
+	for len(got) < n && time.Now().Before(deadline) {
+		var batch []restRec
+		r := e.do(t, "GET", inst+"/records?timeout=500", "", nil, "Accept", "application/vnd.kafka.binary.v2+json")
+		r.json(t, &batch)
+		if r.status != 200 {
+			t.Fatalf("records: %d %s", r.status, r.body)
+		}
+		got = append(got, batch...)
+	}
+	if len(got) < n {
+		t.Fatalf("got %d of %d records", len(got), n)
+	}
+	return got
+}
+
+type restRec struct {
+	Topic     string `json:"topic"`
+	Value     []byte `json:"value"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+}
+
+func (e *env) produceN(t *testing.T, topic string, n int) {
+	t.Helper()
+	cl, _ := e.kafka(t, kgo.DefaultProduceTopic(topic))
+	for i := range n {
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Value: fmt.Appendf(nil, "%d", i)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// With auto-commit, the records returned are committed when the instance
+// goes, not only at the next auto-commit tick (franz-go's default revoke,
+// which the instance's revoke callback replaces, did it).
+func TestRESTAutoCommitAtDelete(t *testing.T) {
+	e := start(t, httpapi.Config{})
+	e.createTopic(t, "ac", 1)
+	e.produceN(t, "ac", 5)
+	if r := e.do(t, "POST", "/consumers/acg", v2, []byte(`{"name":"i","auto.offset.reset":"earliest"}`)); r.status != 200 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	inst := "/consumers/acg/instances/i"
+	if r := e.do(t, "POST", inst+"/subscription", v2, []byte(`{"topics":["ac"]}`)); r.status != 204 {
+		t.Fatalf("subscribe: %d %s", r.status, r.body)
+	}
+	e.pollUntil(t, inst, 5)
+	if r := e.do(t, "DELETE", inst, "", nil); r.status != 204 {
+		t.Fatalf("delete: %d %s", r.status, r.body)
+	}
+	_, adm := e.kafka(t)
+	fo, err := adm.FetchOffsets(context.Background(), "acg")
+	if err != nil || fo.Error() != nil {
+		t.Fatal(err, fo.Error())
+	}
+	if o, ok := fo.Lookup("ac", 0); !ok || o.At != 5 {
+		t.Fatalf("committed offset after delete: %+v (%v), want 5", o, ok)
+	}
+}
+
+// The usual flow: create, subscribe, seek, poll. The seek comes before
+// the group assigned anything, and still holds.
+func TestRESTSeekBeforeAssignment(t *testing.T) {
+	e := start(t, httpapi.Config{})
+	e.createTopic(t, "sk", 1)
+	e.produceN(t, "sk", 6)
+	for _, c := range []struct {
+		name, path, body string
+		first            int64
+	}{
+		{"positions", "/positions", `{"offsets":[{"topic":"sk","partition":0,"offset":3}]}`, 3},
+		{"beginning", "/positions/beginning", `{"partitions":[{"topic":"sk","partition":0}]}`, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// latest: without the seek nothing would come back.
+			if r := e.do(t, "POST", "/consumers/sk-"+c.name, v2, []byte(`{"name":"i","auto.offset.reset":"latest","auto.commit.enable":"false"}`)); r.status != 200 {
+				t.Fatalf("create: %d %s", r.status, r.body)
+			}
+			inst := "/consumers/sk-" + c.name + "/instances/i"
+			if r := e.do(t, "POST", inst+"/subscription", v2, []byte(`{"topics":["sk"]}`)); r.status != 204 {
+				t.Fatalf("subscribe: %d %s", r.status, r.body)
+			}
+			if r := e.do(t, "POST", inst+c.path, v2, []byte(c.body)); r.status != 204 {
+				t.Fatalf("seek: %d %s", r.status, r.body)
+			}
+			got := e.pollUntil(t, inst, int(6-c.first))
+			if got[0].Offset != c.first {
+				t.Fatalf("first record at %d, want %d", got[0].Offset, c.first)
+			}
+			// Assigned now: a seek applies at once.
+			if r := e.do(t, "POST", inst+"/positions", v2, []byte(`{"offsets":[{"topic":"sk","partition":0,"offset":1}]}`)); r.status != 204 {
+				t.Fatalf("seek: %d %s", r.status, r.body)
+			}
+			if got := e.pollUntil(t, inst, 1); got[0].Offset != 1 {
+				t.Fatalf("after the second seek, first record at %d, want 1", got[0].Offset)
+			}
+			// GET offsets answers metadata as a string, as the REST Proxy.
+			if r := e.do(t, "POST", inst+"/offsets", v2, []byte(`{"offsets":[{"topic":"sk","partition":0,"offset":2}]}`)); r.status != 204 {
+				t.Fatalf("commit: %d %s", r.status, r.body)
+			}
+			r := e.do(t, "GET", inst+"/offsets", v2, []byte(`{"partitions":[{"topic":"sk","partition":0}]}`))
+			if r.status != 200 || !bytes.Contains(r.body, []byte(`"metadata":"`)) {
+				t.Fatalf("committed offsets: %d %s", r.status, r.body)
+			}
+		})
+	}
+}
+
+// HTTP produce creates no topic: an unknown one is 404 40401, and stays
+// unknown.
+func TestProduceUnknownTopic(t *testing.T) {
+	e := start(t, httpapi.Config{})
+	b64 := base64.StdEncoding.EncodeToString
+	wantError(t, e.do(t, "POST", "/produce?topic=nope1", "application/octet-stream", []byte("v")), 404, 40401)
+	wantError(t, e.do(t, "POST", "/produce/batch?topic=nope2", "application/json", fmt.Appendf(nil, `{"records":[{"value":%q}]}`, b64([]byte("v")))), 404, 40401)
+	wantError(t, e.do(t, "POST", "/topics/nope3", "application/vnd.kafka.binary.v2+json", []byte(`{"records":[{"value":"AA=="}]}`)), 404, 40401)
+	wantError(t, e.do(t, "POST", "/topics/nope4/partitions/0", "application/vnd.kafka.binary.v2+json", []byte(`{"records":[{"value":"AA=="}]}`)), 404, 40401)
+	_, adm := e.kafka(t)
+	td, err := adm.ListTopics(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := td.Names(); len(names) != 0 {
+		t.Fatalf("HTTP produce created topics %v", names)
+	}
+}
+
+// A REST produce over several partitions: an unknown partition fails the
+// request before anything is written; a partition the broker refuses
+// fails its records only, the others are written (200, per-record
+// error_code and error, offset null), so a client retries only those.
+func TestRESTProducePartialFailure(t *testing.T) {
+	e := start(t, httpapi.Config{})
+	e.createTopic(t, "pf", 2, "max.message.bytes", "2000")
+	small := base64.StdEncoding.EncodeToString([]byte("small"))
+	big := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("x"), 4000))
+	wantError(t, e.do(t, "POST", "/topics/pf", "application/vnd.kafka.binary.v2+json",
+		fmt.Appendf(nil, `{"records":[{"value":%q,"partition":0},{"value":%q,"partition":5}]}`, small, small)), 404, 40402)
+	r := e.do(t, "GET", "/topics/pf/partitions/0/offsets", "", nil)
+	if !bytes.Contains(r.body, []byte(`"end_offset":0`)) {
+		t.Fatalf("a request refused for an unknown partition wrote records: %s", r.body)
+	}
+
+	r = e.do(t, "POST", "/topics/pf", "application/vnd.kafka.binary.v2+json",
+		fmt.Appendf(nil, `{"records":[{"value":%q,"partition":0},{"value":%q,"partition":1},{"value":%q,"partition":0}]}`, small, big, small))
+	var out struct {
+		Offsets []struct {
+			Partition int32   `json:"partition"`
+			Offset    *int64  `json:"offset"`
+			ErrorCode *int    `json:"error_code"`
+			Error     *string `json:"error"`
+		} `json:"offsets"`
+	}
+	r.json(t, &out)
+	if r.status != 200 || len(out.Offsets) != 3 {
+		t.Fatalf("partial produce: %d %s", r.status, r.body)
+	}
+	for _, i := range []int{0, 2} {
+		if o := out.Offsets[i]; o.Offset == nil || *o.Offset != int64(i/2) || o.ErrorCode != nil || o.Error != nil {
+			t.Fatalf("record %d: %s", i, r.body)
+		}
+	}
+	if o := out.Offsets[1]; o.Offset != nil || o.ErrorCode == nil || *o.ErrorCode != 1 || o.Error == nil || *o.Error == "" || o.Partition != 1 {
+		t.Fatalf("record 1 (too large): %s", r.body)
+	}
+	// Every batch refused: one error, as before.
+	wantError(t, e.do(t, "POST", "/topics/pf/partitions/1", "application/vnd.kafka.binary.v2+json",
+		fmt.Appendf(nil, `{"records":[{"value":%q}]}`, big)), 413, 41301)
+}
+
+// GET /fetch tells a null value (X-Kafka-Value-Null) from an empty one.
+func TestFetchNullValue(t *testing.T) {
+	e := start(t, httpapi.Config{})
+	e.createTopic(t, "nv", 1)
+	if r := e.do(t, "POST", "/produce/batch?topic=nv", "application/json", []byte(`{"records":[{"value":null},{"value":""}]}`)); r.status != 200 {
+		t.Fatalf("produce: %d %s", r.status, r.body)
+	}
+	r := e.do(t, "GET", "/fetch?topic=nv&offset=0", "", nil)
+	if r.status != 200 || len(r.body) != 0 || r.header.Get("X-Kafka-Value-Null") != "true" {
+		t.Fatalf("null value: %d %q %v", r.status, r.body, r.header)
+	}
+	r = e.do(t, "GET", "/fetch?topic=nv&offset=1", "", nil)
+	if r.status != 200 || len(r.body) != 0 || r.header.Get("X-Kafka-Value-Null") != "" {
+		t.Fatalf("empty value: %d %q %v", r.status, r.body, r.header)
+	}
+}
+
+// Close ends a long poll at once, so the instance leaves its group (and
+// commits) within Close's budget; then no instance or client is created.
+func TestCloseDuringLongPoll(t *testing.T) {
+	e := start(t, httpapi.Config{})
+	e.createTopic(t, "lp", 1)
+	e.produceN(t, "lp", 2)
+	e.do(t, "POST", "/consumers/lpg", v2, []byte(`{"name":"i","auto.offset.reset":"earliest"}`))
+	inst := "/consumers/lpg/instances/i"
+	e.do(t, "POST", inst+"/subscription", v2, []byte(`{"topics":["lp"]}`))
+	e.pollUntil(t, inst, 2)
+	polled := make(chan resp, 1)
+	go func() { polled <- e.do(t, "GET", inst+"/records?timeout=30000", "", nil) }()
+	time.Sleep(500 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	e.api.Close(ctx)
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Fatalf("Close took %s with a long poll", d)
+	}
+	select {
+	case <-polled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the long poll outlived Close")
+	}
+	_, adm := e.kafka(t)
+	fo, err := adm.FetchOffsets(context.Background(), "lpg")
+	if err != nil || fo.Error() != nil {
+		t.Fatal(err, fo.Error())
+	}
+	if o, _ := fo.Lookup("lp", 0); o.At != 2 {
+		t.Fatalf("committed at Close: %d, want 2", o.At)
+	}
+	wantError(t, e.do(t, "POST", "/consumers/lpg", v2, []byte(`{"name":"j"}`)), 503, 50301)
+}
+
+// base_uri escapes the group.
+func TestBaseURIEscaped(t *testing.T) {
+	e := start(t, httpapi.Config{})
+	var created struct {
+		Base string `json:"base_uri"`
+	}
+	r := e.do(t, "POST", "/consumers/a%20b%3Fc", v2, []byte(`{"name":"i"}`))
+	r.json(t, &created)
+	if r.status != 200 || !strings.HasSuffix(created.Base, "/consumers/a%20b%3Fc/instances/i") {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	if r := e.do(t, "GET", strings.TrimPrefix(created.Base, e.http.URL)+"/subscription", "", nil); r.status != 200 {
+		t.Fatalf("base_uri does not lead to the instance: %d %s", r.status, r.body)
+	}
+}
+
+// A failed HTTP Basic login is answered after the broker's
+// FailedAuthDelay, as a failed SASL exchange is.
+func TestFailedLoginDelayed(t *testing.T) {
+	srv, err := broker.New(broker.Config{DataDir: t.TempDir(), Logger: zaptest.NewLogger(t), SASLMechanisms: []string{"PLAIN"},
+		AdminPassword: "admin-secret", FailedAuthDelay: 400 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	api := httpapi.New(httpapi.Config{Broker: srv})
+	hs := httptest.NewServer(api)
+	defer func() {
+		hs.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		api.Close(ctx)
+		srv.Shutdown(ctx)
+	}()
+	do := func(user, pw string) (int, time.Duration) {
+		req, _ := http.NewRequest("GET", hs.URL+"/topics", nil)
+		req.SetBasicAuth(user, pw)
+		t0 := time.Now()
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode, time.Since(t0)
+	}
+	if st, d := do("admin", "wrong"); st != 401 || d < 400*time.Millisecond {
+		t.Fatalf("failed login: %d after %s, want 401 after the 400ms delay", st, d)
+	}
+	if st, d := do("admin", "admin-secret"); st != 200 || d > 300*time.Millisecond {
+		t.Fatalf("login: %d after %s", st, d)
+	}
 }

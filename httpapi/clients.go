@@ -49,8 +49,9 @@ type clientCache struct {
 	b   Broker
 	max int
 
-	mu sync.Mutex
-	m  map[string]*sharedClient
+	mu     sync.Mutex
+	m      map[string]*sharedClient
+	closed bool // by closeAll: no more clients
 }
 
 type sharedClient struct {
@@ -75,6 +76,9 @@ func (c *clientCache) get(principal, client string) (*sharedClient, error) {
 	key := principal + "\x00" + ip
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errShuttingDown()
+	}
 	if sc := c.m[key]; sc != nil {
 		sc.refs++
 		sc.used = time.Now()
@@ -131,7 +135,7 @@ func (c *clientCache) expire(before time.Time) {
 func (c *clientCache) closeAll() {
 	c.mu.Lock()
 	all := c.m
-	c.m = map[string]*sharedClient{}
+	c.m, c.closed = map[string]*sharedClient{}, true
 	c.mu.Unlock()
 	for _, sc := range all {
 		sc.cl.Close()

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
 )
 
 // REST consumers: each instance is a kgo consumer-group client of its own
@@ -28,10 +30,16 @@ import (
 
 // consumers is the registry of instances by group and id.
 type consumers struct {
-	a  *API
-	mu sync.Mutex
-	m  map[string]map[string]*instance
-	n  int
+	a      *API
+	mu     sync.Mutex
+	m      map[string]map[string]*instance
+	n      int
+	closed bool // by removeAll: no more instances
+
+	// closing counts the instances removed whose close has not ended
+	// (Add under mu, by remove and removeAll; Done by closeRemoved), so
+	// that API.Close waits for every one, the janitor's too.
+	closing sync.WaitGroup
 }
 
 func newConsumers(a *API) *consumers {
@@ -45,6 +53,10 @@ type instance struct {
 	reset                        kgo.Offset
 	autoCommit                   bool
 	lastUsed                     atomic.Int64 // unix nanos
+	// ctx is cancelled when the instance is removed (or the API closes):
+	// it ends a long poll of GET /records holding mu.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu      sync.Mutex // one operation at a time
 	cl      *kgo.Client
@@ -52,9 +64,17 @@ type instance struct {
 	pattern string
 	closed  bool
 
-	pmu      sync.Mutex                 // pending and returned (also taken by revoke callbacks)
+	// pmu guards what the client's group callbacks change too.
+	pmu      sync.Mutex
 	pending  []*kgo.Record              // fetched, not returned yet
 	returned map[string]map[int32]int64 // offset of the last record returned, by partition
+	// assigned holds the partitions consumed now: assigned, their
+	// starting offsets known (AdjustFetchOffsetsFn), not revoked since.
+	assigned map[string]map[int32]bool
+	// seeks holds positions (POST .../positions) of partitions not
+	// assigned yet, applied when they are (the usual create, subscribe,
+	// seek, poll: the group is joined at the first poll).
+	seeks map[string]map[int32]kgo.EpochOffset
 }
 
 func (in *instance) touch() { in.lastUsed.Store(time.Now().UnixNano()) }
@@ -76,13 +96,16 @@ func (in *instance) stopClient() {
 	in.cl, in.topics, in.pattern = nil, nil, ""
 	cl.Close()
 	in.pmu.Lock()
-	in.pending, in.returned = nil, nil
+	in.pending, in.returned, in.assigned, in.seeks = nil, nil, nil, nil
 	in.pmu.Unlock()
 }
 
 func (c *consumers) add(in *instance) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return errShuttingDown()
+	}
 	g := c.m[in.group]
 	if _, ok := g[in.id]; ok {
 		return newErr(http.StatusConflict, 40902, "Consumer with specified consumer ID already exists in the specified consumer group.")
@@ -113,6 +136,8 @@ func (c *consumers) get(group, id, principal string) *instance {
 	return in
 }
 
+// remove takes in out of the registry; when it reports true, the caller
+// must closeRemoved(in).
 func (c *consumers) remove(in *instance) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -125,7 +150,16 @@ func (c *consumers) remove(in *instance) bool {
 		delete(c.m, in.group)
 	}
 	c.n--
+	c.closing.Add(1)
 	return true
+}
+
+// closeRemoved closes an instance remove or removeAll took out: its poll
+// ends, its client leaves the group (committing what it auto-commits).
+func (c *consumers) closeRemoved(in *instance) {
+	defer c.closing.Done()
+	in.cancel()
+	in.close()
 }
 
 // expire removes the instances unused since before and returns them.
@@ -141,12 +175,17 @@ func (c *consumers) expire(before time.Time) []*instance {
 		}
 	}
 	c.mu.Unlock()
+	removed := out[:0]
 	for _, in := range out {
-		c.remove(in)
+		if c.remove(in) {
+			removed = append(removed, in)
+		}
 	}
-	return out
+	return removed
 }
 
+// removeAll takes every instance out and refuses new ones; the caller
+// must closeRemoved each.
 func (c *consumers) removeAll() []*instance {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -156,7 +195,8 @@ func (c *consumers) removeAll() []*instance {
 			out = append(out, in)
 		}
 	}
-	c.m, c.n = map[string]map[string]*instance{}, 0
+	c.m, c.n, c.closed = map[string]map[string]*instance{}, 0, true
+	c.closing.Add(len(out))
 	return out
 }
 
@@ -215,6 +255,7 @@ func (a *API) createConsumer(q *request) {
 		return
 	}
 	in := &instance{a: a, group: group, id: body.Name, principal: q.principal, client: q.client, autoCommit: true}
+	in.ctx, in.cancel = context.WithCancel(a.ctx)
 	if in.id == "" {
 		var b [8]byte
 		rand.Read(b[:])
@@ -257,6 +298,7 @@ func (a *API) createConsumer(q *request) {
 	}
 	in.touch()
 	if err := a.consumers.add(in); err != nil {
+		in.cancel()
 		q.fail(err)
 		return
 	}
@@ -266,7 +308,7 @@ func (a *API) createConsumer(q *request) {
 	}
 	q.reply(http.StatusOK, mediaV2, map[string]string{
 		"instance_id": in.id,
-		"base_uri":    scheme + "://" + q.r.Host + "/consumers/" + group + "/instances/" + in.id,
+		"base_uri":    scheme + "://" + q.r.Host + "/consumers/" + url.PathEscape(group) + "/instances/" + url.PathEscape(in.id),
 	})
 }
 
@@ -296,7 +338,7 @@ func (a *API) deleteConsumer(q *request) {
 		q.fail(errInstanceNotFound())
 		return
 	}
-	in.close()
+	a.consumers.closeRemoved(in)
 	q.w.WriteHeader(http.StatusNoContent)
 }
 
@@ -341,8 +383,13 @@ func (a *API) subscribe(q *request) {
 			kgo.ConsumerGroup(in.group),
 			kgo.ConsumeResetOffset(in.reset),
 			kgo.FetchMaxWait(500*time.Millisecond),
-			kgo.OnPartitionsRevoked(in.dropPartitions),
-			kgo.OnPartitionsLost(in.dropPartitions),
+			// What one instance buffers: about what a GET /records may
+			// answer, not franz-go's 50 MiB per fetch.
+			kgo.FetchMaxBytes(a.fetchMaxBytes()),
+			kgo.FetchMaxPartitionBytes(min(a.fetchMaxBytes(), 1<<20)),
+			kgo.AdjustFetchOffsetsFn(in.startOffsets),
+			kgo.OnPartitionsRevoked(in.revoked),
+			kgo.OnPartitionsLost(in.lost),
 		)
 		if body.Pattern != "" {
 			opts = append(opts, kgo.ConsumeRegex(), kgo.ConsumeTopics(body.Pattern))
@@ -364,10 +411,74 @@ func (a *API) subscribe(q *request) {
 	})
 }
 
-// dropPartitions forgets what was fetched of partitions no longer ours.
-func (in *instance) dropPartitions(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+// fetchMaxBytes bounds the records a consumer instance's fetch brings:
+// the body bound, at most 8 MiB.
+func (a *API) fetchMaxBytes() int32 {
+	return int32(min(a.cfg.MaxBodyBytes, 8<<20))
+}
+
+// revokeCommitTimeout bounds the commit of a revoke (rebalance, unsubscribe,
+// delete, expiry, shutdown).
+const revokeCommitTimeout = 10 * time.Second
+
+// revoked commits, with auto-commit, the records returned of the revoked
+// partitions (as franz-go's default revoke does; the records returned
+// since the last auto-commit would be consumed again otherwise), then
+// forgets what was fetched of them.
+func (in *instance) revoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	if in.autoCommit {
+		ctx, cancel := context.WithTimeout(ctx, revokeCommitTimeout)
+		err := cl.CommitMarkedOffsets(ctx)
+		cancel()
+		if err != nil {
+			in.a.log.Warn("HTTP API: consumer instance could not commit at revoke", zap.String("group", in.group),
+				zap.String("instance", in.id), zap.Error(err))
+		}
+	}
+	in.lost(ctx, cl, revoked)
+}
+
+// lost forgets what was fetched of partitions no longer ours (no commit:
+// the membership is gone).
+func (in *instance) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	in.pmu.Lock()
 	defer in.pmu.Unlock()
+	for t, ps := range lost {
+		for _, p := range ps {
+			delete(in.assigned[t], p)
+		}
+	}
+	in.dropLocked(lost)
+}
+
+// startOffsets is the AdjustFetchOffsetsFn: the partitions assigned start
+// where a POST .../positions before the assignment put them; those
+// partitions are consumed from now on. Positions of partitions this
+// assignment did not give the instance are dropped (as a Kafka consumer's
+// seek of an unassigned partition fails).
+func (in *instance) startOffsets(_ context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	in.pmu.Lock()
+	defer in.pmu.Unlock()
+	if in.assigned == nil {
+		in.assigned = map[string]map[int32]bool{}
+	}
+	for t, ps := range offsets {
+		if in.assigned[t] == nil {
+			in.assigned[t] = map[int32]bool{}
+		}
+		for p := range ps {
+			in.assigned[t][p] = true
+			if eo, ok := in.seeks[t][p]; ok {
+				ps[p] = kgo.NewOffset().At(eo.Offset).WithEpoch(-1)
+			}
+		}
+	}
+	in.seeks = nil
+	return offsets, nil
+}
+
+// dropLocked forgets what was fetched of partitions (pmu held).
+func (in *instance) dropLocked(lost map[string][]int32) {
 	gone := func(t string, p int32) bool {
 		for _, lp := range lost[t] {
 			if lp == p {
@@ -442,7 +553,9 @@ func (a *API) records(q *request) {
 			q.fail(errInvalid("timeout %q: want milliseconds, not negative", s))
 			return
 		}
-		timeout = min(time.Duration(ms)*time.Millisecond, maxRecordsTimeout)
+		// Clamped before the multiplication, which overflows past 292
+		// years of milliseconds.
+		timeout = time.Duration(min(ms, maxRecordsTimeout.Milliseconds())) * time.Millisecond
 	}
 	maxBytes := int64(a.cfg.MaxBodyBytes)
 	if s := query.Get("max_bytes"); s != "" {
@@ -464,8 +577,13 @@ func (a *API) records(q *request) {
 		empty := len(in.pending) == 0
 		in.pmu.Unlock()
 		if empty {
+			// The poll ends at the timeout, when the caller goes, and
+			// when the instance is removed or the API closes (both wait
+			// for mu to close the client).
 			ctx, cancel := context.WithTimeout(q.ctx, timeout)
+			stop := context.AfterFunc(in.ctx, cancel)
 			fs := in.cl.PollFetches(ctx)
+			stop()
 			cancel()
 			var ferr error
 			fs.EachError(func(t string, p int32, err error) {
@@ -571,7 +689,7 @@ type partitionOffset struct {
 	Topic     string `json:"topic"`
 	Partition int32  `json:"partition"`
 	Offset    int64  `json:"offset"`
-	Metadata  string `json:"metadata,omitempty"`
+	Metadata  string `json:"metadata"` // always a string, as the REST Proxy answers it
 }
 
 type topicPartition struct {
@@ -729,18 +847,38 @@ func (a *API) seek(q *request) {
 	})
 }
 
+// setOffsets moves the positions of partitions: those consumed now at
+// once, the others when the group assigns them (startOffsets). What was
+// fetched of them and not returned is dropped.
 func (in *instance) setOffsets(q *request, set map[string]map[int32]kgo.EpochOffset) error {
 	if in.cl == nil {
 		return errNotSubscribed()
 	}
-	lost := map[string][]int32{}
+	now := map[string]map[int32]kgo.EpochOffset{}
+	drop := map[string][]int32{}
+	in.pmu.Lock()
 	for t, ps := range set {
-		for p := range ps {
-			lost[t] = append(lost[t], p)
+		for p, eo := range ps {
+			drop[t] = append(drop[t], p)
+			m := &in.seeks
+			if in.assigned[t][p] {
+				m = &now
+			}
+			if *m == nil {
+				*m = map[string]map[int32]kgo.EpochOffset{}
+			}
+			if (*m)[t] == nil {
+				(*m)[t] = map[int32]kgo.EpochOffset{}
+			}
+			(*m)[t][p] = eo
 		}
 	}
-	in.dropPartitions(q.ctx, in.cl, lost)
-	in.cl.SetOffsets(set)
+	in.dropLocked(drop)
+	in.pmu.Unlock()
+	// Not under pmu: the client may be calling a group callback, which
+	// takes pmu, while holding what SetOffsets waits for. A partition
+	// revoked in between is skipped, as it would be a moment later.
+	in.cl.SetOffsets(now)
 	q.w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -139,14 +140,57 @@ func varintLen(v int64) int {
 // produceTimeout is the produce requests' timeout (acks=all).
 const produceTimeout = 30 * time.Second
 
-// produce appends one batch per partition of byPart to topic with
-// acks=all and returns each partition's base offset, or the first error.
-func (a *API) produce(q *request, topic string, byPart map[int32][]record) (map[int32]int64, error) {
-	sc, err := a.client(q)
+// produced is the outcome of one partition's batch: its base offset, or
+// its error (nothing of the batch was written).
+type produced struct {
+	base int64
+	err  *apiError
+}
+
+// checkPartitions looks topic up without creating it (HTTP produce never
+// auto-creates: an unknown topic is the caller's mistake, answered 404
+// 40401) and checks that every partition of byPart exists (404 40402,
+// before anything is written). It returns the topic's metadata.
+func (a *API) checkPartitions(q *request, sc *sharedClient, topic string, byPart map[int32][]record) (*kmsg.MetadataResponseTopic, error) {
+	t, err := a.topicMeta(q, sc, topic)
 	if err != nil {
 		return nil, err
 	}
+	for p := range byPart {
+		if p < 0 || !slices.ContainsFunc(t.Partitions, func(mp kmsg.MetadataResponseTopicPartition) bool { return mp.Partition == p }) {
+			return nil, errPartitionNotFound(topic, p)
+		}
+	}
+	return t, nil
+}
+
+// produceTo appends one batch to topic's partition p (which must exist)
+// with acks=all and returns its base offset.
+func (a *API) produceTo(q *request, topic string, p int32, recs []record) (int64, error) {
+	sc, err := a.client(q)
+	if err != nil {
+		return 0, err
+	}
 	defer a.clients.release(sc)
+	byPart := map[int32][]record{p: recs}
+	if _, err := a.checkPartitions(q, sc, topic, byPart); err != nil {
+		return 0, err
+	}
+	out, err := a.produce(q, sc, topic, byPart)
+	if err != nil {
+		return 0, err
+	}
+	if e := out[p].err; e != nil {
+		return 0, e
+	}
+	return out[p].base, nil
+}
+
+// produce appends one batch per partition of byPart to topic with
+// acks=all, in one Produce request, and returns each partition's outcome:
+// some may fail while others are written. An error is returned only when
+// the request failed as a whole (the outcome of each batch unknown).
+func (a *API) produce(q *request, sc *sharedClient, topic string, byPart map[int32][]record) (map[int32]produced, error) {
 	req := kmsg.NewPtrProduceRequest()
 	req.Acks = -1
 	req.TimeoutMillis = int32(produceTimeout.Milliseconds())
@@ -164,7 +208,7 @@ func (a *API) produce(q *request, topic string, byPart map[int32][]record) (map[
 	if err != nil {
 		return nil, clientErr(err, topic, -1)
 	}
-	out := map[int32]int64{}
+	out := map[int32]produced{}
 	for _, t := range resp.Topics {
 		for _, p := range t.Partitions {
 			if p.ErrorCode != 0 {
@@ -175,14 +219,15 @@ func (a *API) produce(q *request, topic string, byPart map[int32][]record) (map[
 				if p.ErrorMessage != nil && *p.ErrorMessage != "" {
 					e.msg += ": " + *p.ErrorMessage
 				}
-				return nil, e
+				out[p.Partition] = produced{err: e}
+				continue
 			}
-			out[p.Partition] = p.BaseOffset
+			out[p.Partition] = produced{base: p.BaseOffset}
 		}
 	}
 	for p := range byPart {
 		if _, ok := out[p]; !ok {
-			return nil, newErr(http.StatusBadGateway, 50201, "the broker did not answer for partition %d", p)
+			out[p] = produced{err: newErr(http.StatusBadGateway, 50201, "the broker did not answer for partition %d", p)}
 		}
 	}
 	return out, nil
@@ -190,7 +235,7 @@ func (a *API) produce(q *request, topic string, byPart map[int32][]record) (map[
 
 // topicExists reports whether Metadata knows topic (not creating it).
 func (a *API) topicExists(q *request, sc *sharedClient, topic string) bool {
-	md, err := a.metadata(q, sc, []string{topic}, false)
+	md, err := a.metadata(q, sc, []string{topic})
 	if err != nil || len(md.Topics) == 0 {
 		return false
 	}
@@ -233,7 +278,7 @@ func (a *API) produceOne(q *request) {
 		q.fail(bodyErr(err))
 		return
 	}
-	offs, err := a.produce(q, topic, map[int32][]record{p: {{Value: value}}})
+	off, err := a.produceTo(q, topic, p, []record{{Value: value}})
 	if err != nil {
 		q.fail(err)
 		return
@@ -243,7 +288,7 @@ func (a *API) produceOne(q *request) {
 		Topic     string `json:"topic"`
 		Partition int32  `json:"partition"`
 		Offset    int64  `json:"offset"`
-	}{topic, p, offs[p]})
+	}{topic, p, off})
 }
 
 // Media types of POST /produce/batch.
@@ -316,7 +361,7 @@ func (a *API) produceBatch(q *request) {
 		q.fail(errInvalid("no records in the batch"))
 		return
 	}
-	offs, err := a.produce(q, topic, map[int32][]record{p: recs})
+	base, err := a.produceTo(q, topic, p, recs)
 	if err != nil {
 		q.fail(err)
 		return
@@ -326,7 +371,7 @@ func (a *API) produceBatch(q *request) {
 		Partition  int32  `json:"partition"`
 		BaseOffset int64  `json:"base_offset"`
 		Count      int    `json:"count"`
-	}{topic, p, offs[p], len(recs)})
+	}{topic, p, base, len(recs)})
 }
 
 func (a *API) tooMany(n int) *apiError {
@@ -511,6 +556,11 @@ func (a *API) fetchOne(q *request) {
 	if rec.Key != nil {
 		h.Set("X-Kafka-Key", base64.StdEncoding.EncodeToString(rec.Key))
 	}
+	if rec.Value == nil {
+		// A null value (a tombstone) is an empty body, told from an
+		// empty value by this header.
+		h.Set("X-Kafka-Value-Null", "true")
+	}
 	h.Set("Content-Length", strconv.Itoa(len(rec.Value)))
 	q.w.WriteHeader(http.StatusOK)
 	q.w.Write(rec.Value)
@@ -571,7 +621,7 @@ func (a *API) fetchRecord(q *request, topic string, p int32, off int64) (*kgo.Re
 		if err != nil {
 			return nil, err
 		}
-		if part.ErrorCode != 0 || len(part.RecordBatches) > 0 || off >= part.HighWatermark || try == 3 {
+		if part.ErrorCode != 0 || len(part.RecordBatches) > 0 || off >= part.HighWatermark || off < part.LogStartOffset || try == 3 {
 			break
 		}
 	}
@@ -600,6 +650,14 @@ func (a *API) fetchRecord(q *request, topic string, p int32, off int64) (*kgo.Re
 	}
 	if off < part.LogStartOffset {
 		return nil, gone()
+	}
+	if len(part.RecordBatches) == 0 {
+		// Below the high watermark and nothing came back, try after
+		// try: the broker could not read it now (a cold chunk still
+		// downloading, a rate limit or resource shortage), not a gap,
+		// which a batch past off would show.
+		return nil, newErr(http.StatusServiceUnavailable, 50302,
+			"offset %d of %s/%d (below the high watermark %d) could not be read now (a tiered-storage read still downloading, or a broker resource limit): retry", off, topic, p, part.HighWatermark)
 	}
 	fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Offset: off, Topic: topic, Partition: p}, part, kgo.DefaultDecompressor(), nil)
 	if fp.Err != nil {

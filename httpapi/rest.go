@@ -20,11 +20,11 @@ const (
 	mediaJSONV2 = "application/vnd.kafka.json.v2+json"
 )
 
-// metadata asks the broker for topics (nil: all); create lets it
-// auto-create them as a producer's Metadata does.
-func (a *API) metadata(q *request, sc *sharedClient, topics []string, create bool) (*kmsg.MetadataResponse, error) {
+// metadata asks the broker for topics (nil: all), never auto-creating
+// them: the HTTP API creates no topic.
+func (a *API) metadata(q *request, sc *sharedClient, topics []string) (*kmsg.MetadataResponse, error) {
 	req := kmsg.NewPtrMetadataRequest()
-	req.AllowAutoTopicCreation = create
+	req.AllowAutoTopicCreation = false
 	if topics != nil {
 		req.Topics = []kmsg.MetadataRequestTopic{}
 		for _, t := range topics {
@@ -41,8 +41,8 @@ func (a *API) metadata(q *request, sc *sharedClient, topics []string, create boo
 }
 
 // topicMeta is the metadata of one topic, or its error.
-func (a *API) topicMeta(q *request, sc *sharedClient, topic string, create bool) (*kmsg.MetadataResponseTopic, error) {
-	md, err := a.metadata(q, sc, []string{topic}, create)
+func (a *API) topicMeta(q *request, sc *sharedClient, topic string) (*kmsg.MetadataResponseTopic, error) {
+	md, err := a.metadata(q, sc, []string{topic})
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func (a *API) withClient(q *request, fn func(sc *sharedClient) error) {
 // GET /topics: the names of the topics the caller may describe.
 func (a *API) listTopics(q *request) {
 	a.withClient(q, func(sc *sharedClient) error {
-		md, err := a.metadata(q, sc, nil, false)
+		md, err := a.metadata(q, sc, nil)
 		if err != nil {
 			return err
 		}
@@ -116,7 +116,7 @@ func (a *API) listTopics(q *request) {
 func (a *API) getTopic(q *request) {
 	topic := q.r.PathValue("topic")
 	a.withClient(q, func(sc *sharedClient) error {
-		t, err := a.topicMeta(q, sc, topic, false)
+		t, err := a.topicMeta(q, sc, topic)
 		if err != nil {
 			return err
 		}
@@ -153,7 +153,7 @@ func (a *API) getTopic(q *request) {
 func (a *API) listPartitions(q *request) {
 	topic := q.r.PathValue("topic")
 	a.withClient(q, func(sc *sharedClient) error {
-		t, err := a.topicMeta(q, sc, topic, false)
+		t, err := a.topicMeta(q, sc, topic)
 		if err != nil {
 			return err
 		}
@@ -188,7 +188,7 @@ func (a *API) getPartition(q *request) {
 		return
 	}
 	a.withClient(q, func(sc *sharedClient) error {
-		t, err := a.topicMeta(q, sc, topic, false)
+		t, err := a.topicMeta(q, sc, topic)
 		if err != nil {
 			return err
 		}
@@ -269,9 +269,11 @@ type restRecords struct {
 	} `json:"records"`
 }
 
+// offsetJSON is one record's outcome: its offset, or (offset null) an
+// error_code (1 not retriable, 2 retriable) and error.
 type offsetJSON struct {
 	Partition int32   `json:"partition"`
-	Offset    int64   `json:"offset"`
+	Offset    *int64  `json:"offset"`
 	ErrorCode *int    `json:"error_code"`
 	Error     *string `json:"error"`
 }
@@ -352,18 +354,25 @@ func (a *API) restProduce(q *request) {
 		q.fail(err)
 		return
 	}
+	defer a.clients.release(sc)
+	// The topic must exist (HTTP produce creates none), and so must every
+	// partition named: checked before anything is written.
+	explicit := map[int32][]record{}
+	for _, p := range parts {
+		if p >= 0 {
+			explicit[p] = nil
+		}
+	}
+	t, err := a.checkPartitions(q, sc, topic, explicit)
+	if err != nil {
+		q.fail(err)
+		return
+	}
 	if needMeta {
 		// Partitioned as Kafka's Java producer does: murmur2 of the key,
 		// keyless records all to one partition (sticky, per request).
-		t, err := a.topicMeta(q, sc, topic, true)
-		if err != nil {
-			a.clients.release(sc)
-			q.fail(err)
-			return
-		}
 		n := int32(len(t.Partitions))
 		if n == 0 {
-			a.clients.release(sc)
 			q.fail(newErr(http.StatusServiceUnavailable, 50301, "topic %s has no partitions yet", topic))
 			return
 		}
@@ -379,21 +388,43 @@ func (a *API) restProduce(q *request) {
 			}
 		}
 	}
-	a.clients.release(sc)
 	byPart := map[int32][]record{}
 	index := make([]int, len(recs)) // each record's place in its partition's batch
 	for i, r := range recs {
 		index[i] = len(byPart[parts[i]])
 		byPart[parts[i]] = append(byPart[parts[i]], r)
 	}
-	base, err := a.produce(q, topic, byPart)
+	out, err := a.produce(q, sc, topic, byPart)
 	if err != nil {
 		q.fail(err)
 		return
 	}
+	// Every batch failed: nothing was written, one error says it. Some
+	// failed: the others were written, so the answer is 200 with each
+	// record's outcome, as the REST Proxy's (error_code 1: not retriable,
+	// 2: retriable; offset null), and a client retries only those.
+	written := false
+	for _, o := range out {
+		written = written || o.err == nil
+	}
+	if !written {
+		q.fail(out[parts[0]].err)
+		return
+	}
 	offsets := make([]offsetJSON, len(recs))
 	for i := range recs {
-		offsets[i] = offsetJSON{Partition: parts[i], Offset: base[parts[i]] + int64(index[i])}
+		o := out[parts[i]]
+		offsets[i] = offsetJSON{Partition: parts[i]}
+		if o.err != nil {
+			code, msg := 1, o.err.msg
+			if o.err.status == http.StatusServiceUnavailable || o.err.status == http.StatusGatewayTimeout || o.err.status == http.StatusBadGateway {
+				code = 2
+			}
+			offsets[i].ErrorCode, offsets[i].Error = &code, &msg
+			continue
+		}
+		off := o.base + int64(index[i])
+		offsets[i].Offset = &off
 	}
 	q.reply(http.StatusOK, mediaV2, map[string]any{"offsets": offsets, "key_schema_id": nil, "value_schema_id": nil})
 }

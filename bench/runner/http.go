@@ -9,8 +9,9 @@ package main
 //   - H1: POST /produce/batch throughput: -http-records records of 1 KiB in
 //     batches of -http-batch records (the binary framing), -http-workers
 //     concurrent HTTP clients, each to a partition of its own; against
-//     franz-go producing the same records (acks=all, one producer per
-//     worker, each flushing a batch of -http-batch records at a time).
+//     franz-go producing the same records (acks=all, not idempotent as
+//     the HTTP API's produce is not, one producer per worker, each
+//     flushing a batch of -http-batch records at a time).
 //     Records/s and MB/s.
 //   - H2: POST /produce latency: -http-latency-requests single 100 B
 //     records one after another (acks=all semantics: answered once
@@ -97,8 +98,10 @@ func (r *runner) httpSlot(round int) error {
 	defer b.done()
 	base := "http://" + httpAddr
 	o := r.o.http
+	// Not idempotent, as the HTTP API's produce is not (a retried POST
+	// cannot be told from a new one): the same work on both sides.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.addr), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(0), kgo.ProducerBatchMaxBytes(4<<20), kgo.MaxBufferedRecords(o.batch*2))
+		kgo.DisableIdempotentWrite(), kgo.ProducerLinger(0), kgo.ProducerBatchMaxBytes(4<<20), kgo.MaxBufferedRecords(o.batch*2))
 	if err != nil {
 		return err
 	}
