@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -46,6 +47,11 @@ import (
 //     The request must name its transactional id (else INVALID_RECORD).
 //   - Control batches are refused (INVALID_RECORD): markers are written
 //     only by the coordinator.
+//   - On a compacted topic (cleanup.policy includes compact) a batch with
+//     a record without a key is refused whole (INVALID_RECORD, the records
+//     in RecordErrors), before any sequence or transaction check: every
+//     record is read, a compressed batch decompressed (bounded;
+//     compacted.go). Other topics' batches are never read.
 //   - Unknown topics are auto-created when enabled (and, with ACLs, the
 //     principal may CREATE them: else TOPIC_AUTHORIZATION_FAILED).
 //   - With ACLs: WRITE on each topic (else TOPIC_AUTHORIZATION_FAILED) and,
@@ -108,6 +114,9 @@ func (s *Server) handleProduce(c *conn, req *kmsg.ProduceRequest) (kmsg.Response
 					sp.ErrorCode = s.produceErrorCode(err)
 					sp.ErrorMessage = kmsg.StringPtr(err.Error())
 					sp.BaseOffset = -1
+					if re := (*recordErrors)(nil); errors.As(err, &re) {
+						sp.ErrorRecords = re.records
+					}
 					break
 				}
 				if (req.Acks == -1 || req.Acks == 1 && s.store.Durable()) && next > 0 {
@@ -209,6 +218,13 @@ func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceRespons
 		return 0, 0, errNoTxnID
 	}
 	st := s.reg.stampsOf(p.topic)
+	if st.compact {
+		// Before anything is stamped or any producer state looked at: a
+		// refused batch leaves the sequences where they were.
+		if err := checkKeys(records, &h, st.maxBytes, p.topic.name, p.index); err != nil {
+			return 0, 0, err
+		}
+	}
 	if !st.logAppend && h.NumRecords > 0 && h.MaxTimestamp < h.BaseTimestamp {
 		// An inconsistent header (sarama sends MaxTimestamp -1): repaired
 		// from the records, as Kafka's log validator sets it, so the time
@@ -325,10 +341,14 @@ func repairMaxTimestamp(records []byte, h *log.BatchHeader) error {
 // stampPolicy is a topic's message.timestamp.type (LogAppendTime or not)
 // and how far before and after the broker's clock a CreateTime timestamp
 // may be (message.timestamp.before.max.ms, .after.max.ms, each falling back
-// to the older message.timestamp.difference.max.ms when not set).
+// to the older message.timestamp.difference.max.ms when not set); and
+// whether the topic is compacted (its records must have keys) with its
+// max.message.bytes (a larger batch is not read for keys).
 type stampPolicy struct {
 	logAppend     bool
 	before, after int64
+	compact       bool
+	maxBytes      int
 }
 
 // stampPolicyOf derives a topic's stampPolicy from its configs (once per
@@ -339,6 +359,9 @@ func stampPolicyOf(configs map[string]string) stampPolicy {
 	p := stampPolicy{logAppend: v == "LogAppendTime",
 		before: configInt(configs, "message.timestamp.before.max.ms"),
 		after:  configInt(configs, "message.timestamp.after.max.ms")}
+	policy, _ := configValue(configs, "cleanup.policy")
+	p.compact = slices.Contains(splitList(policy), "compact")
+	p.maxBytes = logConfig(configs).MaxMessageBytes
 	// As Kafka's LogConfig: before/after when set, else the older bound.
 	if p.before == math.MaxInt64 {
 		p.before = diff

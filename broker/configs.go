@@ -147,7 +147,7 @@ func isDouble(v string) error {
 // (where Synapse differs on purpose, noted) defaults. Those marked "stored"
 // are accepted and reported for compatibility but do not change behaviour.
 var topicConfigs = []configDef{
-	{"cleanup.policy", "delete", cfgList, listOf("delete", "compact"), "delete applies retention.*; compaction is not implemented, so a compact-only topic keeps everything"},
+	{"cleanup.policy", "delete", cfgList, listOf("delete", "compact"), "delete: retention.* applies; compact: the latest record per key is kept (the log cleaner); records without a key are refused"},
 	{"compression.gzip.level", "-1", cfgInt, intRange(-1, 9), "stored: batches are never recompressed"},
 	{"compression.lz4.level", "9", cfgInt, intRange(1, 17), "stored: batches are never recompressed"},
 	{"compression.zstd.level", "3", cfgInt, intRange(-131072, 22), "stored: batches are never recompressed"},

@@ -523,7 +523,11 @@ func TestCompactTopicsKeepEverythingAndZeroRetention(t *testing.T) {
 				if _, err := adm.CreateTopic(ctx, 1, 1, c, topic); err != nil {
 					t.Fatal(err)
 				}
-				produceFiller(t, cl, topic, 20)
+				for i := 0; i < 20; i++ { // keyed: a compacted topic refuses records without a key
+					if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte{byte(i)}, Value: bytes.Repeat([]byte{byte(i)}, 900)}).FirstErr(); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
 			clock.Add(time.Minute.Milliseconds())
 			start := func(topic string) int64 {

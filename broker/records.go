@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
@@ -77,28 +78,14 @@ type recordTime struct {
 }
 
 func decompress(codec log.Codec, src []byte) ([]byte, error) {
-	var r io.Reader
-	switch codec {
-	case log.CodecGzip:
-		zr, err := gzip.NewReader(bytes.NewReader(src))
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", errDecompress, err)
-		}
-		r = zr
-	case log.CodecSnappy:
+	if codec == log.CodecSnappy {
 		return unsnappy(src)
-	case log.CodecLZ4:
-		r = lz4.NewReader(bytes.NewReader(src))
-	case log.CodecZstd:
-		zr, err := zstd.NewReader(bytes.NewReader(src), zstd.WithDecoderMaxMemory(maxDecompressed), zstd.WithDecoderConcurrency(1))
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", errDecompress, err)
-		}
-		defer zr.Close()
-		r = zr
-	default:
-		return nil, fmt.Errorf("%w: codec %v", errDecompress, codec)
 	}
+	r, done, err := openCompressed(codec, src)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	out, err := io.ReadAll(io.LimitReader(r, maxDecompressed+1))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errDecompress, err)
@@ -107,6 +94,54 @@ func decompress(codec log.Codec, src []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: more than %d bytes", errDecompress, maxDecompressed)
 	}
 	return out, nil
+}
+
+// Decompressors are pooled (a zstd decoder costs some hundred KiB to set
+// up): each is reset onto the next batch.
+var (
+	gzipReaders sync.Pool // *gzip.Reader
+	lz4Readers  = sync.Pool{New: func() any { return lz4.NewReader(nil) }}
+	zstdReaders = sync.Pool{New: func() any {
+		// Options that cannot fail: a decoder using at most
+		// maxDecompressed for its window, in the calling goroutine.
+		d, err := zstd.NewReader(nil, zstd.WithDecoderMaxMemory(maxDecompressed), zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			panic(err)
+		}
+		return d
+	}}
+)
+
+// openCompressed returns a reader of src decompressed by codec (not
+// bounded: the caller limits what it reads) and done, to call once
+// the reader is no longer used. Snappy (a whole block at once) is the
+// caller's (unsnappy).
+func openCompressed(codec log.Codec, src []byte) (r io.Reader, done func(), err error) {
+	switch codec {
+	case log.CodecGzip:
+		zr, _ := gzipReaders.Get().(*gzip.Reader)
+		if zr == nil {
+			zr, err = gzip.NewReader(bytes.NewReader(src))
+		} else {
+			err = zr.Reset(bytes.NewReader(src))
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %v", errDecompress, err)
+		}
+		return zr, func() { gzipReaders.Put(zr) }, nil
+	case log.CodecLZ4:
+		zr := lz4Readers.Get().(*lz4.Reader)
+		zr.Reset(bytes.NewReader(src))
+		return zr, func() { zr.Reset(nil); lz4Readers.Put(zr) }, nil
+	case log.CodecZstd:
+		zr := zstdReaders.Get().(*zstd.Decoder)
+		if err := zr.Reset(bytes.NewReader(src)); err != nil {
+			zstdReaders.Put(zr)
+			return nil, nil, fmt.Errorf("%w: %v", errDecompress, err)
+		}
+		return zr, func() { _ = zr.Reset(nil); zstdReaders.Put(zr) }, nil
+	}
+	return nil, nil, fmt.Errorf("%w: codec %v", errDecompress, codec)
 }
 
 // xerialHeader starts snappy data framed the way the Java client writes it.
