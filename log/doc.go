@@ -12,6 +12,7 @@
 //	    00000000000000004711.log        next segment: name = base offset, %020d
 //	    ...
 //	    partition.state                 log start offset + clean-close record
+//	    cleaner.checkpoint              log cleaner: first dirty offset, cleaned_below
 //
 // # Segment (.log)
 //
@@ -95,6 +96,77 @@
 //     rewritten); otherwise it is scanned batch by batch (length, magic, CRC,
 //     contiguous offsets), the file is truncated after the last good batch
 //     (logged with segment, bytes and first offset dropped) and fsync'd.
+//
+// # Log cleaner (compaction)
+//
+// Partition.Clean (cleaner.go, cleaner_engine.go) follows Kafka's Cleaner.
+// The dirty range runs from the checkpoint (cleaner.checkpoint first_dirty)
+// to the cleanable end: the active segment's base, the high watermark,
+// the caller's last stable offset, and the base of the first dirty
+// segment holding a batch younger than min.compaction.lag.ms. A KeyMap
+// (Kafka's SkimpyOffsetMap: MD5 of the key + offset, 24-byte slots, 90%
+// load) maps the latest offset of each key there, skipping control
+// batches and aborted transactions; if it fills, the end moves down to
+// the first batch that did not fit and the next clean goes on from there.
+// Then every local segment below the end is rewritten (Kafka re-cleans
+// the clean part too), in order, merging consecutive segments while the
+// output and the next input fit in segment.bytes. Invariants:
+//
+//   - offsets never change: a batch keeps its base offset and
+//     lastOffsetDelta (MemoryRecords.filterTo), so gaps appear inside and
+//     between batches and at a segment's end; segments stay contiguous by
+//     their [base, next) ranges;
+//   - below the end a keyed record stays if it is its key's latest, a
+//     record without a key goes, aborted transactions' records go;
+//     batches at or past the end are copied untouched;
+//   - a batch whose records all stay is copied byte for byte; a changed
+//     one is re-encoded with its codec (snappy in its framing), with the
+//     same producer fields and leader epoch, a new record count, max
+//     timestamp (CreateTime) and CRC; a batch left empty goes, except each
+//     producer's last data batch and trailing marker (found by a header
+//     scan of the whole log), kept as a bare header for producer state;
+//   - tombstones and markers use KIP-534's per-batch delete horizon
+//     (attribute bit 6, baseTimestamp = horizon, record timestamp deltas
+//     rebased): a batch with a tombstone, or a marker whose transaction has
+//     nothing left, gets horizon = now + delete.retention.ms the first time
+//     it is cleaned, and a later clean at or past the horizon drops them.
+//     A marker stays while any batch of its transaction was seen earlier
+//     in the same pass (so committed data keeps its marker while it has
+//     batches; aborted data is always dropped first), and an ABORT marker
+//     of a transaction starting below the local log (tiered) stays; the
+//     output's .txnindex keeps the entry of every ABORT marker it keeps;
+//   - the active segment is never cleaned; a horizon only passes at a
+//     clean with a dirty range (no clean runs on expiry alone).
+//
+// Swap protocol, one group at a time (<B> = the group's first base, N its
+// end): write <B>.log.cleaned, .index.cleaned (header flag "cleaned",
+// next = N), .timeindex.cleaned, .txnindex.cleaned (if any entry), fsync
+// each; raise cleaner.checkpoint cleaned_below to N (atomic write); under
+// the partition lock check the group is unchanged (segments, aborted
+// entries: else ErrCleanRaced), rename the index files .cleaned -> .swap,
+// fsync the directory, rename <B>.log.cleaned -> <B>.log.swap and fsync
+// the directory: the commit point. Then the new segment is published
+// (served from the open .swap file), the old segments are marked replaced
+// (readers that have not opened them retry on the new list; open handles
+// keep reading the old files, as with retention), the old segments' files
+// are removed (<B>.log excepted), the index .swap files renamed to their
+// names, <B>.log.swap renamed over <B>.log last, and the directory
+// fsync'd. A failure before the commit removes the new files and leaves
+// the partition online on the old segments; after it, the partition goes
+// offline and the next open finishes. On open: *.cleaned are removed; a
+// <B>.log.swap is a committed swap: if <B>.index.swap is still there the
+// old segments with base in (B, N) (N from its header) and <B>.txnindex
+// (unless a .txnindex.swap replaces it) are removed; the .swap files are
+// then renamed, .log last; index .swap files without a .log.swap are
+// removed. A crash thus leaves the old segments or the new, never both,
+// never neither. The checkpoint's first_dirty moves after a pass.
+//
+// Gaps are legitimate only in cleaned segments: those whose index header
+// has the cleaned flag or that start below cleaned_below (known even when
+// indexes are lost and rebuilt). There, scans (recovery, index rebuild,
+// read verification, VerifyDir) accept a batch starting past the previous
+// one's end and record counts from 0 to lastOffsetDelta+1, and a segment
+// may end before its successor starts; anywhere else a gap is damage.
 //
 // Reads CRC-check bytes the first time this process serves them (appended
 // and scanned bytes are already checked), so bit rot on disk is an error,

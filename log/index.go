@@ -16,7 +16,8 @@ import (
 //	 0  magic        "SYNX"
 //	 4  version      uint8 (1)
 //	 5  kind         uint8 (1 = offset index, 2 = time index)
-//	 6  reserved     uint16
+//	 6  flags        uint8   bit 0: segment written by the cleaner (offset gaps allowed)
+//	 7  reserved     uint8
 //	 8  baseOffset   int64   segment base offset
 //	16  logSize      int64   size of the .log the index was built for
 //	24  nextOffset   int64   offset after the segment's last batch
@@ -92,7 +93,11 @@ func (ix *segmentIndex) lookupTime(base, ts int64) int64 {
 // indexMeta is what an index header records about its segment.
 type indexMeta struct {
 	base, logSize, next, maxTs int64
+	flags                      byte
 }
+
+// indexFlagCleaned marks the indexes of a segment the cleaner wrote.
+const indexFlagCleaned = 1
 
 func encodeIndex(kind byte, m indexMeta, ix *segmentIndex) []byte {
 	var n int
@@ -108,7 +113,7 @@ func encodeIndex(kind byte, m indexMeta, ix *segmentIndex) []byte {
 	b := make([]byte, indexHeaderSize, indexHeaderSize+n*size)
 	be := binary.BigEndian
 	copy(b, indexMagic)
-	b[4], b[5] = indexVersion, kind
+	b[4], b[5], b[6] = indexVersion, kind, m.flags
 	be.PutUint64(b[8:], uint64(m.base))
 	be.PutUint64(b[16:], uint64(m.logSize))
 	be.PutUint64(b[24:], uint64(m.next))
@@ -141,6 +146,7 @@ func decodeIndex(b []byte, kind byte, base int64) (indexMeta, *segmentIndex, err
 		return m, nil, fmt.Errorf("%w: bad header", errBadIndex)
 	}
 	be := binary.BigEndian
+	m.flags = b[6]
 	m.base = int64(be.Uint64(b[8:]))
 	m.logSize = int64(be.Uint64(b[16:]))
 	m.next = int64(be.Uint64(b[24:]))

@@ -107,6 +107,8 @@ type Partition struct {
 	ds        *devSync
 	syncEpoch atomic.Uint64
 
+	cleaner cleanerState // cleaner.go
+
 	// During a batch open (OpenPartitions): fsyncs left for the batch.
 	deferSync     bool
 	pendingDirs   []string
@@ -588,6 +590,9 @@ func writeIndexes(fs FS, seg *segment, sync bool) error {
 		return nil
 	}
 	m := indexMeta{base: seg.base, logSize: seg.size.Load(), next: seg.next.Load(), maxTs: seg.maxTs.Load()}
+	if seg.cleaned.Load() {
+		m.flags = indexFlagCleaned
+	}
 	for _, w := range []struct {
 		path string
 		kind byte

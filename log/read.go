@@ -5,6 +5,7 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"runtime"
 	"sort"
 	"sync"
 )
@@ -127,6 +128,20 @@ func (p *Partition) ReadAtMost(offset int64, maxBytes int64) (*ReadResult, error
 // read reads from offset, never past the high watermark nor past the batch
 // starting at stop (stable.go).
 func (p *Partition) read(offset int64, maxBytes int64, minOne bool, stop int64) (*ReadResult, error) {
+	for i := 0; ; i++ {
+		res, err := p.readOnce(offset, maxBytes, minOne, stop)
+		if !errors.Is(err, errSegmentReplaced) {
+			return res, err
+		}
+		if i > 2 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// readOnce is read over one segment list; errSegmentReplaced means the
+// cleaner swapped segments under it: read again.
+func (p *Partition) readOnce(offset int64, maxBytes int64, minOne bool, stop int64) (*ReadResult, error) {
 	if e := p.failed.Load(); e != nil {
 		return nil, e
 	}
@@ -150,6 +165,10 @@ func (p *Partition) read(offset int64, maxBytes int64, minOne bool, stop int64) 
 		return res, nil
 	}
 	segs := p.segments()
+	if bound.seg != nil && bound.seg.replaced.Load() {
+		res.Release()
+		return nil, errSegmentReplaced
+	}
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > offset }) - 1
 	if i < 0 || offset < segs[0].base {
 		res.Release()
@@ -169,7 +188,7 @@ func (p *Partition) read(offset int64, maxBytes int64, minOne bool, stop int64) 
 			break
 		}
 		c, err := p.readSegment(seg, offset, limit, maxBytes, first)
-		if err != nil && len(res.Chunks) > 0 && errors.Is(err, ErrResource) {
+		if err != nil && len(res.Chunks) > 0 && (errors.Is(err, ErrResource) || errors.Is(err, errSegmentReplaced)) {
 			return res, nil // no descriptor for the next segment: serve what there is
 		}
 		if err != nil {
@@ -337,7 +356,7 @@ func (p *Partition) segmentIndex(seg *segment, h *handle) (*segmentIndex, error)
 		ix = &segmentIndex{}
 		var since int64
 		interval := p.cfg.Load().IndexIntervalBytes
-		res, werr := walkBatches(h.f, 0, size, seg.base, func(pos int64, hd *BatchHeader) {
+		res, werr := walkSegment(h.f, 0, size, seg.base, seg.cleaned.Load(), func(pos int64, hd *BatchHeader) {
 			seg.addToIndexLocked(ix, &since, interval, pos, hd)
 		})
 		if werr != nil {
@@ -369,7 +388,7 @@ func verifyRange(seg *segment, f File, a, b int64) (int64, error) {
 	if ok {
 		return b, nil
 	}
-	res, err := walkBatches(f, a, b, -1, nil)
+	res, err := walkSegment(f, a, b, -1, seg.cleaned.Load(), nil)
 	if err != nil {
 		return a, err
 	}
@@ -388,6 +407,16 @@ func verifyRange(seg *segment, f File, a, b int64) (int64, error) {
 // timestamp is >= ts, with that batch's max timestamp, below the high
 // watermark. ok is false if there is none.
 func (p *Partition) OffsetForTimestamp(ts int64) (offset, batchMaxTs int64, ok bool, err error) {
+	for {
+		offset, batchMaxTs, ok, err = p.offsetForTimestamp(ts)
+		if !errors.Is(err, errSegmentReplaced) {
+			return offset, batchMaxTs, ok, err
+		}
+		runtime.Gosched()
+	}
+}
+
+func (p *Partition) offsetForTimestamp(ts int64) (offset, batchMaxTs int64, ok bool, err error) {
 	hw := p.hw.Load()
 	ls := p.logStart.Load()
 	for _, seg := range p.segments() {

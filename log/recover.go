@@ -272,6 +272,22 @@ func (p *Partition) open() error {
 	if err != nil {
 		return err
 	}
+	// An interrupted cleaner swap is finished or undone first (cleaner.go).
+	swapped, err := p.recoverCleaner(names)
+	if err != nil {
+		return err
+	}
+	if swapped {
+		if names, err = fsys.ReadDir(p.dir); err != nil {
+			return err
+		}
+	}
+	ck, err := readCleanerCheckpoint(fsys, p.dir)
+	if err != nil {
+		return err
+	}
+	p.cleaner.firstDirty.Store(ck.FirstDirty)
+	p.cleaner.cleanedBelow.Store(ck.CleanedBelow)
 	st, err := readState(fsys, p.dir)
 	if err != nil {
 		return err
@@ -293,7 +309,7 @@ func (p *Partition) open() error {
 	}
 	// Leftovers: temp files of an interrupted atomic write, index files whose
 	// segment is gone.
-	dirty := false // directory changed or state recovered: fsync it before use
+	dirty := swapped // directory changed or state recovered: fsync it before use
 	for _, n := range names {
 		stem := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(n, ".timeindex"), ".index"), txnIndexExt)
 		if strings.HasSuffix(n, ".tmp") || (stem != n && !haveLog[stem]) {
@@ -327,6 +343,11 @@ func (p *Partition) open() error {
 		}
 		seg.idx = &segmentIndex{}
 		segs = append(segs, seg)
+	}
+	for i, seg := range segs {
+		if i < len(segs)-1 && seg.base < ck.CleanedBelow {
+			seg.cleaned.Store(true) // may have been written by the cleaner
+		}
 	}
 	for i, seg := range segs {
 		last := i == len(segs)-1
@@ -456,6 +477,9 @@ func (p *Partition) openSealed(seg *segment, successor int64) error {
 	}
 	m, ix, err := loadIndexes(p.store.fs, seg, size)
 	if err == nil {
+		if m.flags&indexFlagCleaned != 0 {
+			seg.cleaned.Store(true)
+		}
 		seg.size.Store(size)
 		seg.next.Store(m.next)
 		seg.maxTs.Store(m.maxTs)
@@ -495,6 +519,10 @@ func (p *Partition) checkSuccessor(seg *segment, size, successor int64) {
 	if next >= successor {
 		return // equal; or overlapping: the open loop refuses that
 	}
+	if seg.cleaned.Load() {
+		seg.next.Store(successor) // the cleaner removed the batches at its end
+		return
+	}
 	seg.corruptAt = size
 	seg.next.Store(successor)
 	p.logger.Error("sealed segment does not end where the next one starts: the offsets between are missing",
@@ -512,7 +540,7 @@ func (p *Partition) rebuild(seg *segment, size int64) (walkResult, error) {
 	ix := &segmentIndex{}
 	var since int64
 	interval := p.cfg.Load().IndexIntervalBytes
-	res, err := walkBatches(f, 0, size, seg.base, func(pos int64, h *BatchHeader) {
+	res, err := walkSegment(f, 0, size, seg.base, seg.cleaned.Load(), func(pos int64, h *BatchHeader) {
 		seg.addToIndexLocked(ix, &since, interval, pos, h)
 		if h.MaxTimestamp > seg.maxTs.Load() {
 			seg.maxTs.Store(h.MaxTimestamp)

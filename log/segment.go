@@ -19,11 +19,16 @@ type segment struct {
 	base    int64
 	logPath string
 
-	size    atomic.Int64 // bytes of whole, written batches
-	next    atomic.Int64 // offset after the last batch
-	maxTs   atomic.Int64 // greatest batch maxTimestamp, -1 if none
-	sealed  atomic.Bool
-	created time.Time // when this process created or opened it (segment.ms)
+	size   atomic.Int64 // bytes of whole, written batches
+	next   atomic.Int64 // offset after the last batch
+	maxTs  atomic.Int64 // greatest batch maxTimestamp, -1 if none
+	sealed atomic.Bool
+	// cleaned: written by the log cleaner (cleaner.go), so offsets may have
+	// gaps inside it and at its end; replaced: swapped out by the cleaner,
+	// its path now names another file (never open it again).
+	cleaned  atomic.Bool
+	replaced atomic.Bool
+	created  time.Time // when this process created or opened it (segment.ms)
 
 	mu        sync.RWMutex
 	idx       *segmentIndex // nil until loaded (sealed segments load lazily)
@@ -122,12 +127,16 @@ const walkBufSize = 1 << 20
 
 var walkBufPool = sync.Pool{New: func() any { b := make([]byte, walkBufSize); return &b }}
 
-// walkBatches reads the batches in [start, limit) of r in large sequential
+// walkSegment reads the batches in [start, limit) of r in large sequential
 // reads, checking each one's framing, magic, CRC-32C and offset continuity
 // (next < 0 takes the first batch's base offset as given). fn, if not nil, is
 // called for every good batch. It stops at the first bad batch; the result
 // says where and why. I/O errors other than a short file are returned.
-func walkBatches(r io.ReaderAt, start, limit, next int64, fn func(pos int64, h *BatchHeader)) (walkResult, error) {
+//
+// walkSegment is that walk; with gaps (a cleaned segment) a batch may
+// start past the offset after the previous one and hold fewer records than
+// its offset range (none at all: a header kept for producer state).
+func walkSegment(r io.ReaderAt, start, limit, next int64, gaps bool, fn func(pos int64, h *BatchHeader)) (walkResult, error) {
 	bp := walkBufPool.Get().(*[]byte)
 	defer walkBufPool.Put(bp)
 	buf := *bp
@@ -154,11 +163,15 @@ func walkBatches(r io.ReaderAt, start, limit, next int64, fn func(pos int64, h *
 				res.reason = perr.Error()
 				return res, nil
 			}
-			if res.next >= 0 && h.BaseOffset != res.next {
+			if res.next >= 0 && (h.BaseOffset != res.next && !gaps || h.BaseOffset < res.next) {
 				res.reason = fmt.Sprintf("batch base offset %d, expected %d", h.BaseOffset, res.next)
 				return res, nil
 			}
-			if ferr := checkFields(&h); ferr != nil {
+			check := checkFields
+			if gaps {
+				check = checkCleanedFields
+			}
+			if ferr := check(&h); ferr != nil {
 				res.reason = ferr.Error()
 				return res, nil
 			}

@@ -506,6 +506,9 @@ func (c *fileCache) acquire(seg *segment, refuse bool) (*handle, error) {
 		return h, nil
 	}
 	c.mu.Unlock()
+	if seg.replaced.Load() {
+		return nil, errSegmentReplaced // its path names the cleaner's new file now
+	}
 
 	flag := os.O_RDWR
 	if seg.sealed.Load() {
@@ -521,6 +524,11 @@ func (c *fileCache) acquire(seg *segment, refuse bool) (*handle, error) {
 		c.mu.Unlock()
 		f.Close()
 		return h, nil
+	}
+	if seg.replaced.Load() { // set before the rename: f may be the new file
+		c.mu.Unlock()
+		f.Close()
+		return nil, errSegmentReplaced
 	}
 	h := &handle{f: f, seg: seg, refs: 1}
 	c.open++
@@ -602,6 +610,20 @@ func (c *fileCache) release(h *handle) {
 	}
 	c.mu.Unlock()
 	closeAll(toClose)
+}
+
+// install caches f as seg's open file, with one reference for the caller
+// (the cleaner's swap: seg's path names f only once a rename is done, and
+// a referenced handle is never evicted).
+func (c *fileCache) install(seg *segment, f File) *handle {
+	c.mu.Lock()
+	h := &handle{f: f, seg: seg, refs: 1}
+	c.open++
+	seg.fh = h
+	toClose := c.evictLocked()
+	c.mu.Unlock()
+	closeAll(toClose)
+	return h
 }
 
 // drop forgets seg's handle (segment deleted or partition closed). The file

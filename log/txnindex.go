@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -522,6 +523,19 @@ func (p *Partition) openTxn(seg *segment, active bool) error {
 // kept beside the log (producer sequences, open transactions) after a
 // restart.
 func (p *Partition) ScanBatches(offset int64, fn func(h *BatchHeader, control int16) bool) error {
+	for {
+		err := p.scanBatches(&offset, fn)
+		if !errors.Is(err, errSegmentReplaced) {
+			return err
+		}
+		runtime.Gosched() // the cleaner swapped segments: go on from offset in the new ones
+	}
+}
+
+// scanBatches is ScanBatches over one segment list, advancing *from past
+// every batch delivered.
+func (p *Partition) scanBatches(from *int64, fn func(h *BatchHeader, control int16) bool) error {
+	offset := *from
 	for _, seg := range p.segments() {
 		if seg.next.Load() <= offset {
 			continue
@@ -558,6 +572,7 @@ func (p *Partition) ScanBatches(offset int64, fn func(h *BatchHeader, control in
 				ct = sc.controlType(at, &hdr)
 			}
 			stop = !fn(&hdr, ct)
+			*from = max(*from, hdr.NextOffset())
 		}
 		sc.close()
 		p.store.cache.release(h)

@@ -27,7 +27,9 @@ func DumpSegment(fsys FS, path string, fn func(SegmentBatch)) (stoppedAt int64, 
 	if err != nil {
 		return 0, "", err
 	}
-	res, err := walkBatches(f, 0, size, -1, func(pos int64, h *BatchHeader) {
+	// Gaps are tolerated: a cleaned segment's are legitimate (VerifyDir is
+	// the check that knows which segments may have them).
+	res, err := walkSegment(f, 0, size, -1, true, func(pos int64, h *BatchHeader) {
 		if fn != nil {
 			fn(SegmentBatch{Pos: pos, Header: *h})
 		}
@@ -56,7 +58,8 @@ type VerifyReport struct {
 func (r *VerifyReport) OK() bool { return len(r.Damage) == 0 }
 
 // VerifyDir checks a partition directory without changing it: every batch's
-// framing, magic, CRC-32C and offset continuity, segment contiguity, and that
+// framing, magic, CRC-32C and offset continuity (gaps allowed only in
+// segments the cleaner wrote), segment contiguity, and that
 // each index file either is stale (built for another log size, so it will be
 // rebuilt) or agrees with the log entry by entry.
 func VerifyDir(fsys FS, dir string) (*VerifyReport, error) {
@@ -79,12 +82,21 @@ func VerifyDir(fsys FS, dir string) (*VerifyReport, error) {
 		return rep, nil
 	}
 	rep.FirstOffset = bases[0]
+	ck, err := readCleanerCheckpoint(fsys, dir)
+	if err != nil {
+		rep.Damage = append(rep.Damage, err.Error())
+	}
 	next := int64(-1)
+	prevCleaned := false
 	for i, base := range bases {
 		last := i == len(bases)-1
 		seg := newSegment(dir, base, time.Time{})
 		name := filepath.Base(seg.logPath)
-		if next >= 0 && base != next {
+		// Offset gaps are allowed only in segments the cleaner wrote: flagged
+		// so in their index header, or below the cleaner checkpoint's
+		// cleaned_below. Never in the last (active) segment.
+		cleaned := !last && (base < ck.CleanedBelow || indexFlagged(fsys, seg))
+		if next >= 0 && base != next && !(prevCleaned && next < base) {
 			rep.Damage = append(rep.Damage, fmt.Sprintf("%s: starts at offset %d, previous segment ends at %d", name, base, next))
 		}
 		f, err := fsys.OpenFile(seg.logPath, os.O_RDONLY, 0)
@@ -97,10 +109,11 @@ func VerifyDir(fsys FS, dir string) (*VerifyReport, error) {
 			return nil, err
 		}
 		starts := map[int64]int64{} // pos -> base offset
-		res, err := walkBatches(f, 0, size, base, func(pos int64, h *BatchHeader) {
+		res, err := walkSegment(f, 0, size, base, cleaned, func(pos int64, h *BatchHeader) {
 			starts[pos] = h.BaseOffset
 			rep.Batches++
 		})
+		prevCleaned = cleaned
 		f.Close()
 		if err != nil {
 			return nil, err
@@ -116,7 +129,7 @@ func VerifyDir(fsys FS, dir string) (*VerifyReport, error) {
 				rep.Damage = append(rep.Damage, msg)
 			}
 		}
-		verifyIndexFiles(fsys, seg, size, res, starts, rep)
+		verifyIndexFiles(fsys, seg, size, res, starts, cleaned, rep)
 		if txn[filepath.Base(seg.txnIndexPath())] {
 			verifyTxnIndex(fsys, seg, res, size, last, rep)
 		}
@@ -125,7 +138,18 @@ func VerifyDir(fsys FS, dir string) (*VerifyReport, error) {
 	return rep, nil
 }
 
-func verifyIndexFiles(fsys FS, seg *segment, size int64, res walkResult, starts map[int64]int64, rep *VerifyReport) {
+// indexFlagged reports whether seg's offset index header marks it as
+// written by the cleaner.
+func indexFlagged(fsys FS, seg *segment) bool {
+	b, err := readIndexFile(fsys, seg.indexPath())
+	if err != nil {
+		return false
+	}
+	m, _, err := decodeIndex(b, indexKindOffset, seg.base)
+	return err == nil && m.flags&indexFlagCleaned != 0
+}
+
+func verifyIndexFiles(fsys FS, seg *segment, size int64, res walkResult, starts map[int64]int64, cleaned bool, rep *VerifyReport) {
 	name := filepath.Base(seg.indexPath())
 	b, err := readIndexFile(fsys, seg.indexPath())
 	if err != nil {
@@ -137,7 +161,7 @@ func verifyIndexFiles(fsys FS, seg *segment, size int64, res walkResult, starts 
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%s: stale, rebuilt on open", name))
 		return
 	}
-	if m.next != res.next && res.end == size {
+	if (m.next != res.next && !cleaned || m.next < res.next) && res.end == size {
 		rep.Damage = append(rep.Damage, fmt.Sprintf("%s: says next offset %d, log says %d", name, m.next, res.next))
 	}
 	for _, e := range ix.offsets {

@@ -26,7 +26,7 @@ func newInspectVerifyCommand() *cobra.Command {
 		Use:   "verify <partition-dir>...",
 		Short: "Check partition directories without changing them",
 		Long: `Check every batch of every segment (framing, magic 2, CRC-32C, offset
-continuity), that segments are contiguous and that index files agree with the
+continuity; gaps only in segments the log cleaner wrote), that segments are contiguous and that index files agree with the
 log. Damage is corruption; notes are what the next open repairs without losing
 acknowledged data (a torn tail, stale indexes). Exits non-zero if any directory
 is damaged or cannot be read.`,
