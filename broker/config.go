@@ -67,6 +67,17 @@ type Config struct {
 	// MaintenanceInterval is how often retention, segment.ms rolls and
 	// tiering run over every partition (default 10 s).
 	MaintenanceInterval time.Duration
+	// CleanerBackoff is how often the log cleaner looks for compacted
+	// partitions due for cleaning (Kafka's log.cleaner.backoff.ms; default
+	// 15 s; negative: no cleaner).
+	CleanerBackoff time.Duration
+	// CleanerIOMaxBytesPerSecond bounds the bytes the cleaner reads and
+	// writes per second (log.cleaner.io.max.bytes.per.second); 0: no bound.
+	CleanerIOMaxBytesPerSecond int64
+	// CleanerDedupeBufferSize is the cleaner's key map, in bytes
+	// (log.cleaner.dedupe.buffer.size; default 32 MiB), allocated at the
+	// first clean.
+	CleanerDedupeBufferSize int
 	// LocalDiskReservePercent, with tiering, is the share of the data
 	// directory's file system kept free: below it, local copies of uploaded
 	// segments are deleted as past LocalDiskBudget, and produce is refused
@@ -169,6 +180,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.LocalDiskReservePercent < 0 || c.LocalDiskReservePercent >= 100 {
 		return fmt.Errorf("broker: local disk reserve %v%%: want [0, 100)", c.LocalDiskReservePercent)
+	}
+	if c.CleanerBackoff == 0 {
+		c.CleanerBackoff = 15 * time.Second
+	}
+	if c.CleanerDedupeBufferSize <= 0 {
+		c.CleanerDedupeBufferSize = 32 << 20
 	}
 	if c.LocalRetention == nil {
 		c.LocalRetention = &LocalRetention{Bytes: -2, Ms: -2}

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,6 +53,12 @@ var (
 	descQuotaLimit      = prometheus.NewDesc("synapse_quota_limit", "Client quota in force: bytes/s (produce, fetch) or percent of one thread (request).", quotaLabels, nil)
 	descQuotaRate       = prometheus.NewDesc("synapse_quota_rate", "Rate measured against the client quota over the quota window: bytes/s or percent of one thread.", quotaLabels, nil)
 	descQuotaThrottleMs = prometheus.NewDesc("synapse_quota_throttle_time_ms_total", "Throttle time given to clients over the quota (responses' throttle_time_ms, the connection muted as long).", quotaLabels, nil)
+	descCleanRead       = prometheus.NewDesc("synapse_cleaner_read_bytes_total", "Bytes the log cleaner read (compacted topics).", nil, nil)
+	descCleanWritten    = prometheus.NewDesc("synapse_cleaner_written_bytes_total", "Bytes the log cleaner wrote (cleaned segments).", nil, nil)
+	descCleans          = prometheus.NewDesc("synapse_cleaner_cleans_total", "Partition cleans completed.", nil, nil)
+	descCleanFails      = prometheus.NewDesc("synapse_cleaner_failures_total", "Partition cleans that failed (retried at the next pass).", nil, nil)
+	descCleanRatio      = prometheus.NewDesc("synapse_cleaner_max_dirty_ratio", "Largest cleanable dirty ratio among compacted partitions at the last pass.", nil, nil)
+	descCleanSince      = prometheus.NewDesc("synapse_cleaner_seconds_since_last_clean", "Seconds since the last completed clean; -1 if none since start.", nil, nil)
 	descQuotaThrottled  = prometheus.NewDesc("synapse_quota_throttled_total", "Responses throttled for the client quota.", quotaLabels, nil)
 )
 
@@ -59,7 +66,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConns, descPartitions, descLocalBytes, descUpBytes, descUpSegs,
 		descDownBytes, descCacheHits, descCacheMisses, descTierErrors, descTierGets, descLagBytes, descLagSegs, descColdRate, descTailLate, descBackoffs,
 		descGroups, descMembers, descTxns, descAuthOK, descAuthFailed, descDenied, descFDBudget, descFDUsed, descFDRefused, descFDKernel,
-		descSessions, descSessParts, descSessEvicts, descQuotaLimit, descQuotaRate, descQuotaThrottleMs, descQuotaThrottled} {
+		descSessions, descSessParts, descSessEvicts, descQuotaLimit, descQuotaRate, descQuotaThrottleMs, descQuotaThrottled,
+		descCleanRead, descCleanWritten, descCleans, descCleanFails, descCleanRatio, descCleanSince} {
 		ch <- d
 	}
 }
@@ -110,6 +118,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descFDUsed, float64(fdUsed))
 	counter(descFDRefused, fdRefused)
 	counter(descFDKernel, s.store.KernelRefusals())
+	counter(descCleanRead, s.cleaner.bytesRead.Load())
+	counter(descCleanWritten, s.cleaner.bytesWritten.Load())
+	counter(descCleans, s.cleaner.cleans.Load())
+	counter(descCleanFails, s.cleaner.failures.Load())
+	gauge(descCleanRatio, math.Float64frombits(s.cleaner.maxDirtyRatio.Load()))
+	since := -1.0
+	if ms := s.cleaner.lastClean.Load(); ms > 0 {
+		since = time.Since(time.UnixMilli(ms)).Seconds()
+	}
+	gauge(descCleanSince, since)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if st, ok := s.TierStatus(ctx); ok {

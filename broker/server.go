@@ -69,6 +69,7 @@ type Server struct {
 	budgetMu  sync.Mutex   // one checkDiskBudget at a time
 	pipelined atomic.Int64 // produce requests appended while an earlier one awaited fsync
 	maintDone chan struct{}
+	cleaner   cleanerStats  // the log cleaner's counters (cleaner.go)
 	tierKick  chan struct{} // a segment was sealed: tier now, not at the next tick
 	closeOnce sync.Once
 
@@ -402,6 +403,11 @@ const tierParallelism = 4
 
 func (s *Server) maintain() {
 	defer close(s.maintDone)
+	if s.cfg.CleanerBackoff > 0 {
+		cleanerDone := make(chan struct{})
+		defer func() { <-cleanerDone }()
+		go s.cleanerLoop(cleanerDone)
+	}
 	if (s.cfg.LocalDiskBudget > 0 || s.cfg.LocalDiskReservePercent > 0) && s.cfg.Tier != nil {
 		// The budget is also watched on its own: a maintenance pass stuck
 		// on a bucket that is away can take minutes.

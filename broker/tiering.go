@@ -85,6 +85,10 @@ func (s *Server) tierIdle(p *partition, now time.Time) bool {
 }
 
 func (s *Server) tierPartition(p *partition, now time.Time) {
+	if !p.tierMu.TryLock() {
+		return // the cleaner works on it: the next pass takes it
+	}
+	defer p.tierMu.Unlock()
 	sig := s.tierSigOf(p, now)
 	p.tierIdle.Store(nil)
 	if s.tierPartitionWork(p, now) {

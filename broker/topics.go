@@ -63,6 +63,9 @@ type partition struct {
 	// mu serializes the idempotence check with the append it guards.
 	mu        sync.Mutex
 	producers map[int64]*producerState
+	// tierMu keeps the tiering step and the log cleaner apart: an upload
+	// reads segment files a clean would replace (cleaner.go).
+	tierMu sync.Mutex
 	// txnOpen: per producer with a transaction open here, its first
 	// offset (txn_partition.go); under mu. firstOpen is the least of them
 	// plus one (0: none), read without the lock by fetches.

@@ -66,6 +66,9 @@ type serveOptions struct {
 	producerIDExpiration time.Duration
 	txnMaxTimeout        time.Duration
 	txnIDExpiration      time.Duration
+	cleanerRate          int64
+	cleanerBuffer        int
+	cleanerBackoff       time.Duration
 	sec                  securityOptions
 }
 
@@ -78,6 +81,9 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 	o.httpAPI.AddFlags(fs)
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiler under /debug/pprof/ on the HTTP side port (anyone who reaches the port can profile the process)")
 	fs.BoolVar(&o.autoCreateTopics, "auto-create-topics", true, "create unknown topics on Metadata and Produce")
+	fs.Int64Var(&o.cleanerRate, "cleaner-io-max-bytes-per-second", 64<<20, "bytes the log cleaner (cleanup.policy=compact) reads and writes per second, so cleaning never starves produce and fetch (Kafka's log.cleaner.io.max.bytes.per.second); 0: no bound")
+	fs.IntVar(&o.cleanerBuffer, "cleaner-dedupe-buffer-size", 32<<20, "bytes of the log cleaner's key map (Kafka's log.cleaner.dedupe.buffer.size), allocated at the first clean; a dirty range with more keys is cleaned in several passes")
+	fs.DurationVar(&o.cleanerBackoff, "cleaner-backoff", 15*time.Second, "how often the log cleaner looks for compacted partitions to clean (Kafka's log.cleaner.backoff.ms); 0 disables the cleaner")
 	fs.Int32Var(&o.defaultPartitions, "default-partitions", 1, "partition count of auto-created topics")
 	fs.DurationVar(&o.fsyncInterval, "fsync-interval", 0,
 		"0 = durable: acknowledge acks=all only once fsync'd, concurrent appends share fsyncs (group commit); "+
@@ -157,6 +163,9 @@ func (o *serveOptions) validate() error {
 	}
 	if o.producerIDExpiration <= 0 {
 		errs = append(errs, fmt.Errorf("--producer-id-expiration %s: must be positive", o.producerIDExpiration))
+	}
+	if o.cleanerRate < 0 || o.cleanerBuffer < 1<<20 || o.cleanerBackoff < 0 {
+		errs = append(errs, fmt.Errorf("--cleaner-io-max-bytes-per-second %d (>= 0), --cleaner-dedupe-buffer-size %d (>= 1 MiB), --cleaner-backoff %s (>= 0)", o.cleanerRate, o.cleanerBuffer, o.cleanerBackoff))
 	}
 	errs = append(errs, o.sec.validate()...)
 	errs = append(errs, o.httpAPI.validate()...)
@@ -298,6 +307,9 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 		ProducerIDExpiration:       o.producerIDExpiration,
 		TransactionMaxTimeout:      o.txnMaxTimeout,
 		TransactionalIDExpiration:  o.txnIDExpiration,
+		CleanerIOMaxBytesPerSecond: o.cleanerRate,
+		CleanerDedupeBufferSize:    o.cleanerBuffer,
+		CleanerBackoff:             cmp.Or(o.cleanerBackoff, -1), // 0 on the command line disables it
 	}
 	closeAudit, err := o.securityConfig(&bcfg, specs, logger)
 	if err != nil {
