@@ -152,7 +152,7 @@ var topicConfigs = []configDef{
 	{"compression.lz4.level", "9", cfgInt, intRange(1, 17), "stored: batches are never recompressed"},
 	{"compression.zstd.level", "3", cfgInt, intRange(-131072, 22), "stored: batches are never recompressed"},
 	{"compression.type", "producer", cfgString, oneOf("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "stored: batches are kept as the producer compressed them"},
-	{"delete.retention.ms", "86400000", cfgLong, longAtLeast(0), "stored"},
+	{"delete.retention.ms", "86400000", cfgLong, longAtLeast(0), "compacted topics: how long a tombstone stays after the clean that first saw it"},
 	{"file.delete.delay.ms", "60000", cfgLong, longAtLeast(0), "stored"},
 	{"flush.messages", "9223372036854775807", cfgLong, longAtLeast(1), "stored: durability is the broker's fsync policy"},
 	{"flush.ms", "9223372036854775807", cfgLong, longAtLeast(0), "stored: durability is the broker's fsync policy"},
@@ -161,7 +161,7 @@ var topicConfigs = []configDef{
 	{"local.retention.bytes", "-2", cfgLong, longAtLeast(-2), "with tiering: bytes of the newest data kept on local disk once uploaded (-2: as retention.bytes)"},
 	{"local.retention.ms", "-2", cfgLong, longAtLeast(-2), "with tiering: age up to which uploaded data stays on local disk too (-2: as retention.ms)"},
 	{"leader.replication.throttled.replicas", "", cfgList, isReplicaList, "stored: one replica, nothing to throttle"},
-	{"max.compaction.lag.ms", "9223372036854775807", cfgLong, longAtLeast(1), "stored"},
+	{"max.compaction.lag.ms", "9223372036854775807", cfgLong, longAtLeast(1), "compacted topics: a partition whose oldest dirty segment is older is cleaned whatever its dirty ratio"},
 	{"max.message.bytes", "1048588", cfgInt, intRange(0, 1<<31-1), "largest record batch accepted"},
 	{"message.downconversion.enable", "true", cfgBoolean, isBool, "stored: deprecated in Kafka 3.x (KIP-724); Fetch is served from v4, record batches v2, so nothing is ever down-converted"},
 	{"message.format.version", "3.0-IV1", cfgString, isFormatVersion, "stored: deprecated in Kafka 3.x (batches are always v2)"},
@@ -169,8 +169,8 @@ var topicConfigs = []configDef{
 	{"message.timestamp.before.max.ms", "9223372036854775807", cfgLong, longAtLeast(0), "CreateTime: how far before the broker's clock a batch's first and greatest timestamps may be (else INVALID_TIMESTAMP)"},
 	{"message.timestamp.difference.max.ms", "9223372036854775807", cfgLong, longAtLeast(0), "CreateTime: how far before or after the broker's clock a batch's first and greatest timestamps may be (else INVALID_TIMESTAMP)"},
 	{"message.timestamp.type", "CreateTime", cfgString, oneOf("CreateTime", "LogAppendTime"), "LogAppendTime: the broker stamps batches on append"},
-	{"min.cleanable.dirty.ratio", "0.5", cfgDouble, isDouble, "stored"},
-	{"min.compaction.lag.ms", "0", cfgLong, longAtLeast(0), "stored"},
+	{"min.cleanable.dirty.ratio", "0.5", cfgDouble, isDouble, "compacted topics: the share of uncleaned bytes that makes a partition due for cleaning"},
+	{"min.compaction.lag.ms", "0", cfgLong, longAtLeast(0), "compacted topics: records younger than this are not cleaned"},
 	{"min.insync.replicas", "1", cfgInt, intRange(1, 1), "one replica: always 1"},
 	{"preallocate", "false", cfgBoolean, isBool, "stored"},
 	{"remote.storage.enable", "false", cfgBoolean, isBool, "true on a broker with a tiered store (--tier): every topic is tiered there, none elsewhere; only that value is accepted"},
@@ -279,11 +279,9 @@ func logConfig(set map[string]string) log.Config {
 }
 
 // retention is the whole-log retention of a topic (retention.bytes,
-// retention.ms): none unless cleanup.policy includes delete. Compaction is
-// not implemented, so a compacted topic (Kafka Connect's, Schema Registry's
-// _schemas, Streams changelogs) keeps everything: a superset of what
-// compaction keeps, never the loss of a key's latest value that deleting
-// by age would be.
+// retention.ms): none unless cleanup.policy includes delete. A compact-only
+// topic is never cut by age or size: the log cleaner (cleaner.go) removes
+// what a newer record of the same key replaced.
 func retention(set map[string]string) (bytes, ms int64) {
 	policy, _ := configValue(set, "cleanup.policy")
 	if !slices.Contains(splitList(policy), "delete") {

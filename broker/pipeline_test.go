@@ -498,7 +498,7 @@ func TestTopicCreationPerRequestBounds(t *testing.T) {
 }
 
 // TestCompactTopicsKeepEverythingAndZeroRetention: a topic with
-// cleanup.policy=compact (compaction is not implemented) keeps all its data
+// cleanup.policy=compact is never cut by age or size (only the cleaner removes records) and keeps all its data
 // whatever retention.* say, instead of losing keys' latest values by age;
 // retention.ms=0 on a delete topic deletes all but the active segment (it
 // meant "the default, 7 days" without a tier). Both with and without a
