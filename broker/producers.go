@@ -110,7 +110,9 @@ func (p *partition) recordSequence(h *log.BatchHeader, nowMs int64) {
 		p.producers[h.ProducerID] = st
 	}
 	st.LastMs = nowMs
-	st.Batches = append(st.Batches, seqBatch{FirstSeq: h.BaseSequence, LastSeq: lastSeq(h.BaseSequence, h.NumRecords), BaseOffset: h.BaseOffset})
+	// From the offset delta, not the record count: a cleaned batch keeps its
+	// last offset (and sequence) with fewer records (Kafka's lastSequence).
+	st.Batches = append(st.Batches, seqBatch{FirstSeq: h.BaseSequence, LastSeq: lastSeq(h.BaseSequence, h.LastOffsetDelta+1), BaseOffset: h.BaseOffset})
 	if len(st.Batches) > producerWindow {
 		st.Batches = append(st.Batches[:0], st.Batches[len(st.Batches)-producerWindow:]...)
 	}

@@ -674,6 +674,11 @@ func (p *Partition) swapLocked(g []*segment, out *CleanedSegment, hasTxn bool, a
 			return p.failLocked("remove cleaned segment", err)
 		}
 	}
+	// The removals durable before the renames: recovery takes a missing
+	// .index.swap to mean the old segments are gone.
+	if err := fsys.SyncDir(p.dir); err != nil {
+		return p.failLocked("fsync dir", err)
+	}
 	for _, ext := range append(exts, ".log") {
 		if err := fsys.Rename(stem+ext+swapExt, stem+ext); err != nil {
 			return p.failLocked("rename cleaned segment", err)

@@ -439,12 +439,19 @@ func (c *segmentCleaner) finish(ctx context.Context) (*CleanedSegment, error) {
 func cleanBatch(b []byte, h *BatchHeader, ct int16, tx *txnTracker, cfg *SegmentCleanConfig) ([]byte, error) {
 	var canDiscard bool
 	if h.Control() {
-		canDiscard = tx.onControl(h, ct)
-	} else {
-		canDiscard = tx.onBatch(h)
+		// Markers are kept for ever (Kafka removes them after
+		// delete.retention.ms): a producer snapshot older than a removed
+		// marker, or an ABORT whose transaction lies below the floor, would
+		// reopen or misread its transaction at the next start. They cost a
+		// batch header and one record each.
+		tx.onControl(h, ct)
+		return b, nil
 	}
+	canDiscard = tx.onBatch(h)
 	horizon, hasHorizon := h.DeleteHorizon()
-	horizonPassed := hasHorizon && horizon <= cfg.NowMs
+	// Not while older data below the floor was not seen (tiered, or kept
+	// by RewriteFrom): an older value of the key there would come back.
+	horizonPassed := hasHorizon && horizon <= cfg.NowMs && cfg.TxnFloor < 0
 	discardRecords := canDiscard
 	if h.Control() {
 		discardRecords = canDiscard && horizonPassed

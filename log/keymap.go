@@ -29,8 +29,9 @@ const (
 // NewKeyMap returns a map in a buffer of about bytes bytes (at least one
 // slot).
 func NewKeyMap(bytes int) *KeyMap {
-	n := max(bytes/keyMapSlot, 1)
-	return &KeyMap{slots: make([]byte, n*keyMapSlot), n: n, max: max(int(float64(n)*keyMapLoadFactor), 1), latest: -1}
+	n := max(bytes/keyMapSlot, 2)
+	// max < n: a free slot always remains, so a probe always ends.
+	return &KeyMap{slots: make([]byte, n*keyMapSlot), n: n, max: min(max(int(float64(n)*keyMapLoadFactor), 1), n-1), latest: -1}
 }
 
 // Capacity is the most keys the map holds.
