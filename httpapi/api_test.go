@@ -193,6 +193,13 @@ func TestProduceFetchRoundTrip(t *testing.T) {
 	if r := e.do(t, "GET", "/fetch?topic=rt&partition=0&offset=3", "", nil); r.status != 200 || string(r.body) != "from kafka" {
 		t.Fatalf("fetch of a Kafka record: %d %q", r.status, r.body)
 	}
+	// curl --data-binary's default label: the raw value all the same.
+	if res := e.do(t, "POST", "/produce?topic=rt", "application/x-www-form-urlencoded", []byte("a=b&c")); res.status != 200 {
+		t.Fatalf("form-urlencoded raw value: %d", res.status)
+	}
+	if r := e.do(t, "GET", "/fetch?topic=rt&partition=0&offset=4", "", nil); r.status != 200 || string(r.body) != "a=b&c" {
+		t.Fatalf("fetch of the form-urlencoded value: %d %q", r.status, r.body)
+	}
 
 	// Below the log start: 410.
 	res, err := adm.DeleteRecords(context.Background(), kadm.Offsets{"rt": {0: {At: 2}}})

@@ -264,7 +264,9 @@ func queryTopicPartition(r *http.Request) (string, int32, error) {
 
 // POST /produce?topic=T&partition=P, the raw value as the body.
 func (a *API) produceOne(q *request) {
-	if ct := mediaType(q.r); ct != "" && ct != "application/octet-stream" {
+	// curl --data-binary labels its bytes application/x-www-form-urlencoded
+	// unless told otherwise; they are the raw value all the same.
+	if ct := mediaType(q.r); ct != "" && ct != "application/octet-stream" && ct != "application/x-www-form-urlencoded" {
 		q.fail(errContentType(ct, "application/octet-stream (the raw value)"))
 		return
 	}
