@@ -61,9 +61,10 @@ type options struct {
 	authDialers    int
 	authMaxDialers int
 
-	scale scaleOptions // scale.go
-	txn   txnOptions   // txn.go
-	http  httpOptions  // http.go
+	scale   scaleOptions   // scale.go
+	txn     txnOptions     // txn.go
+	http    httpOptions    // http.go
+	cleaner cleanerOptions // cleaner.go
 }
 
 func main() {
@@ -85,6 +86,7 @@ func main() {
 	scaleFlags(&o.scale)
 	txnFlags(&o.txn)
 	httpFlags(&o.http)
+	cleanerFlags(&o.cleaner)
 	flag.Parse()
 	if o.secRounds < 0 {
 		o.secRounds = o.rounds
@@ -94,6 +96,9 @@ func main() {
 	}
 	if o.http.rounds < 0 {
 		o.http.rounds = o.rounds
+	}
+	if o.cleaner.rounds < 0 {
+		o.cleaner.rounds = o.rounds
 	}
 	o.http.batch, o.http.workers = max(o.http.batch, 1), max(o.http.workers, 1)
 	o.txn.perTxn, o.txn.readProducers, o.txn.abortEvery = max(o.txn.perTxn, 1), max(o.txn.readProducers, 1), max(o.txn.abortEvery, 0)
@@ -156,6 +161,9 @@ func (r *runner) run() error {
 	if r.o.http.only {
 		return r.httpBlock()
 	}
+	if r.o.cleaner.only {
+		return r.cleanerBlock()
+	}
 	if !r.o.secOnly {
 		if err := r.sideBySide(); err != nil {
 			return err
@@ -167,6 +175,11 @@ func (r *runner) run() error {
 		}
 		if r.o.http.rounds > 0 {
 			if err := r.httpBlock(); err != nil {
+				return err
+			}
+		}
+		if r.o.cleaner.rounds > 0 {
+			if err := r.cleanerBlock(); err != nil {
 				return err
 			}
 		}
@@ -582,6 +595,8 @@ func (r *runner) report(w io.Writer, took time.Duration) {
 		what = "transactions block"
 	case r.o.http.only:
 		what = "HTTP API block"
+	case r.o.cleaner.only:
+		what = "log cleaner block"
 	}
 	fmt.Fprintf(w, "\n`make bench` %s, %s, %d CPUs, %s, host %s, %s in all.\n",
 		what, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), host, took.Round(time.Second))
@@ -594,6 +609,8 @@ func (r *runner) report(w io.Writer, took time.Duration) {
 		r.reportTxn(w)
 	case r.o.http.only:
 		r.reportHTTP(w)
+	case r.o.cleaner.only:
+		r.reportCleaner(w)
 	default:
 		if !r.o.secOnly {
 			r.reportSideBySide(w)
@@ -602,6 +619,9 @@ func (r *runner) report(w io.Writer, took time.Duration) {
 			}
 			if r.o.http.rounds > 0 {
 				r.reportHTTP(w)
+			}
+			if r.o.cleaner.rounds > 0 {
+				r.reportCleaner(w)
 			}
 		}
 		if r.o.secRounds > 0 {
