@@ -194,6 +194,19 @@ func (o *cliOptions) client(more ...kgo.Opt) (*kgo.Client, *kadm.Client, error) 
 	return cl, adm, nil
 }
 
+// withAdmin runs f with an admin client of --brokers and the command's
+// context bounded by --timeout, and closes the client after.
+func (o *cliOptions) withAdmin(cmd *cobra.Command, f func(ctx context.Context, adm *kadm.Client) error) error {
+	cl, adm, err := o.client()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := o.ctx(cmd)
+	defer cancel()
+	return f(ctx, adm)
+}
+
 // ctx is the command's context bounded by --timeout.
 func (o *cliOptions) ctx(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(cmd.Context(), o.timeout)

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 // `synapse cluster info`.
@@ -44,61 +46,56 @@ func newClusterInfoCommand(o *cliOptions) *cobra.Command {
 		Short: "Show the cluster id, controller, brokers and topic count",
 		Args:  nArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, adm, err := o.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := o.ctx(cmd)
-			defer cancel()
-			md, err := adm.Metadata(ctx)
-			if err != nil {
-				return o.explain(err)
-			}
-			vs, err := adm.ApiVersions(ctx)
-			if err != nil {
-				return o.explain(err)
-			}
-			info := clusterInfo{ClusterID: md.Cluster, Controller: md.Controller, Brokers: []clusterBroker{}}
-			for _, b := range md.Brokers {
-				cb := clusterBroker{NodeID: b.NodeID, Host: b.Host, Port: b.Port, Rack: b.Rack, Controller: b.NodeID == md.Controller}
-				if v, ok := vs[b.NodeID]; ok {
-					if v.Err != nil {
-						cb.Error = v.Err.Error()
-					} else {
-						v.EachKeySorted(func(int16, int16, int16) { cb.APIKeys++ })
+			return o.withAdmin(cmd, func(ctx context.Context, adm *kadm.Client) error {
+				md, err := adm.Metadata(ctx)
+				if err != nil {
+					return o.explain(err)
+				}
+				vs, err := adm.ApiVersions(ctx)
+				if err != nil {
+					return o.explain(err)
+				}
+				info := clusterInfo{ClusterID: md.Cluster, Controller: md.Controller, Brokers: []clusterBroker{}}
+				for _, b := range md.Brokers {
+					cb := clusterBroker{NodeID: b.NodeID, Host: b.Host, Port: b.Port, Rack: b.Rack, Controller: b.NodeID == md.Controller}
+					if v, ok := vs[b.NodeID]; ok {
+						if v.Err != nil {
+							cb.Error = v.Err.Error()
+						} else {
+							v.EachKeySorted(func(int16, int16, int16) { cb.APIKeys++ })
+						}
 					}
+					info.Brokers = append(info.Brokers, cb)
 				}
-				info.Brokers = append(info.Brokers, cb)
-			}
-			for _, td := range md.Topics {
-				if td.IsInternal {
-					info.InternalTopics++
-				} else {
-					info.Topics++
+				for _, td := range md.Topics {
+					if td.IsInternal {
+						info.InternalTopics++
+					} else {
+						info.Topics++
+					}
+					info.Partitions += len(td.Partitions)
 				}
-				info.Partitions += len(td.Partitions)
-			}
-			w := cmd.OutOrStdout()
-			if o.json() {
-				return printJSON(w, info)
-			}
-			t := newTable(w)
-			t.row("CLUSTER-ID", info.ClusterID)
-			t.row("CONTROLLER", info.Controller)
-			t.row("TOPICS", fmt.Sprintf("%d (and %d internal)", info.Topics, info.InternalTopics))
-			t.row("PARTITIONS", info.Partitions)
-			t.flush()
-			fmt.Fprintln(w)
-			t = newTable(w, "BROKER", "HOST", "PORT", "RACK", "CONTROLLER", "API-KEYS", "ERROR")
-			for _, b := range info.Brokers {
-				rack := "-"
-				if b.Rack != nil {
-					rack = *b.Rack
+				w := cmd.OutOrStdout()
+				if o.json() {
+					return printJSON(w, info)
 				}
-				t.row(b.NodeID, b.Host, b.Port, rack, b.Controller, b.APIKeys, b.Error)
-			}
-			return t.flush()
+				t := newTable(w)
+				t.row("CLUSTER-ID", info.ClusterID)
+				t.row("CONTROLLER", info.Controller)
+				t.row("TOPICS", fmt.Sprintf("%d (and %d internal)", info.Topics, info.InternalTopics))
+				t.row("PARTITIONS", info.Partitions)
+				t.flush()
+				fmt.Fprintln(w)
+				t = newTable(w, "BROKER", "HOST", "PORT", "RACK", "CONTROLLER", "API-KEYS", "ERROR")
+				for _, b := range info.Brokers {
+					rack := "-"
+					if b.Rack != nil {
+						rack = *b.Rack
+					}
+					t.row(b.NodeID, b.Host, b.Port, rack, b.Controller, b.APIKeys, b.Error)
+				}
+				return t.flush()
+			})
 		},
 	}
 }

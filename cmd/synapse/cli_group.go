@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -37,30 +38,25 @@ func newGroupListCommand(o *cliOptions) *cobra.Command {
 		Short:   "List consumer groups",
 		Args:    nArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, adm, err := o.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := o.ctx(cmd)
-			defer cancel()
-			gs, err := adm.ListGroups(ctx)
-			if err != nil {
-				return o.explain(err)
-			}
-			out := []groupListEntry{}
-			for _, g := range gs.Sorted() {
-				out = append(out, groupListEntry{g.Group, g.State, g.ProtocolType, g.Coordinator})
-			}
-			w := cmd.OutOrStdout()
-			if o.json() {
-				return printJSON(w, out)
-			}
-			t := newTable(w, "GROUP", "STATE", "PROTOCOL-TYPE", "COORDINATOR")
-			for _, g := range out {
-				t.row(g.Group, g.State, g.ProtocolType, g.Coordinator)
-			}
-			return t.flush()
+			return o.withAdmin(cmd, func(ctx context.Context, adm *kadm.Client) error {
+				gs, err := adm.ListGroups(ctx)
+				if err != nil {
+					return o.explain(err)
+				}
+				out := []groupListEntry{}
+				for _, g := range gs.Sorted() {
+					out = append(out, groupListEntry{g.Group, g.State, g.ProtocolType, g.Coordinator})
+				}
+				w := cmd.OutOrStdout()
+				if o.json() {
+					return printJSON(w, out)
+				}
+				t := newTable(w, "GROUP", "STATE", "PROTOCOL-TYPE", "COORDINATOR")
+				for _, g := range out {
+					t.row(g.Group, g.State, g.ProtocolType, g.Coordinator)
+				}
+				return t.flush()
+			})
 		},
 	}
 }
@@ -135,42 +131,37 @@ func newGroupDescribeCommand(o *cliOptions) *cobra.Command {
 		Short: "Show a group's state, members, assignments, committed offsets and lag per partition",
 		Args:  nArgs(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, groups []string) error {
-			cl, adm, err := o.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := o.ctx(cmd)
-			defer cancel()
-			lags, err := adm.Lag(ctx, groups...)
-			if err != nil {
-				return o.explain(err)
-			}
-			var out []groupDescription
-			for _, g := range groups {
-				l, ok := lags[g]
-				if !ok {
-					return fmt.Errorf("group %s: not described", g)
+			return o.withAdmin(cmd, func(ctx context.Context, adm *kadm.Client) error {
+				lags, err := adm.Lag(ctx, groups...)
+				if err != nil {
+					return o.explain(err)
 				}
-				if err := l.Error(); err != nil {
-					return fmt.Errorf("group %s: %w", g, err)
+				var out []groupDescription
+				for _, g := range groups {
+					l, ok := lags[g]
+					if !ok {
+						return fmt.Errorf("group %s: not described", g)
+					}
+					if err := l.Error(); err != nil {
+						return fmt.Errorf("group %s: %w", g, err)
+					}
+					if l.State == "Dead" && len(l.Lag) == 0 {
+						return fmt.Errorf("group %s does not exist: %w", g, kerr.GroupIDNotFound)
+					}
+					out = append(out, describeGroupLag(l))
 				}
-				if l.State == "Dead" && len(l.Lag) == 0 {
-					return fmt.Errorf("group %s does not exist: %w", g, kerr.GroupIDNotFound)
+				w := cmd.OutOrStdout()
+				if o.json() {
+					return printJSON(w, out)
 				}
-				out = append(out, describeGroupLag(l))
-			}
-			w := cmd.OutOrStdout()
-			if o.json() {
-				return printJSON(w, out)
-			}
-			for i, d := range out {
-				if i > 0 {
-					fmt.Fprintln(w)
+				for i, d := range out {
+					if i > 0 {
+						fmt.Fprintln(w)
+					}
+					printGroupDescription(w, d)
 				}
-				printGroupDescription(w, d)
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 }
@@ -244,101 +235,96 @@ moved: stop its consumers first.
 			if err != nil {
 				return usageErrorf("--to %w", err)
 			}
-			cl, adm, err := o.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := o.ctx(cmd)
-			defer cancel()
-			dgs, err := adm.DescribeGroups(ctx, group)
-			if err != nil {
-				return o.explain(err)
-			}
-			dg := dgs[group]
-			if dg.Err != nil {
-				return fmt.Errorf("group %s: %w", group, kafkaErr(dg.Err, dg.ErrMessage))
-			}
-			if len(dg.Members) > 0 || dg.State != "Empty" && dg.State != "Dead" {
-				return fmt.Errorf("group %s is %s with %d members: seek moves only the offsets of an empty group (stop its consumers first): %w",
-					group, dg.State, len(dg.Members), kerr.NonEmptyGroup)
-			}
-			old, err := adm.FetchOffsets(ctx, group)
-			if err != nil {
-				return o.explain(err)
-			}
-			if err := old.Error(); err != nil {
-				return fmt.Errorf("group %s offsets: %w", group, err)
-			}
-			topics = splitList(strings.Join(topics, ","), ",")
-			if len(topics) == 0 {
-				topics = sortedKeys(old)
-			}
-			if len(topics) == 0 {
-				return usageErrorf("group %s has no committed offsets: name the topics to seek with --topics", group)
-			}
-			res, err := newOffsetResolver(ctx, adm, topics)
-			if err != nil {
-				return o.explain(err)
-			}
-			offsets := kadm.Offsets{}
-			var rs []seekResult
-			for _, t := range topics {
-				for _, p := range res.partitions(t) {
-					at, err := res.resolve(ctx, spec, t, p)
-					if err != nil {
-						return o.explain(err)
-					}
-					r := seekResult{Topic: t, Partition: p, New: at}
-					if c, ok := old.Lookup(t, p); ok && c.At >= 0 {
-						v := c.At
-						r.Old = &v
-					}
-					rs = append(rs, r)
-					offsets.Add(kadm.Offset{Topic: t, Partition: p, At: at, LeaderEpoch: -1})
-				}
-			}
-			failed := 0
-			if !dryRun {
-				resps, err := adm.CommitOffsets(ctx, group, offsets)
+			return o.withAdmin(cmd, func(ctx context.Context, adm *kadm.Client) error {
+				dgs, err := adm.DescribeGroups(ctx, group)
 				if err != nil {
 					return o.explain(err)
 				}
-				for i, r := range rs {
-					c, ok := resps.Lookup(r.Topic, r.Partition)
-					switch {
-					case !ok:
-						rs[i].Error = "no answer for this partition"
-					case c.Err != nil:
-						rs[i].Error = c.Err.Error()
+				dg := dgs[group]
+				if dg.Err != nil {
+					return fmt.Errorf("group %s: %w", group, kafkaErr(dg.Err, dg.ErrMessage))
+				}
+				if len(dg.Members) > 0 || dg.State != "Empty" && dg.State != "Dead" {
+					return fmt.Errorf("group %s is %s with %d members: seek moves only the offsets of an empty group (stop its consumers first): %w",
+						group, dg.State, len(dg.Members), kerr.NonEmptyGroup)
+				}
+				old, err := adm.FetchOffsets(ctx, group)
+				if err != nil {
+					return o.explain(err)
+				}
+				if err := old.Error(); err != nil {
+					return fmt.Errorf("group %s offsets: %w", group, err)
+				}
+				topics = splitList(strings.Join(topics, ","), ",")
+				if len(topics) == 0 {
+					topics = sortedKeys(old)
+				}
+				if len(topics) == 0 {
+					return usageErrorf("group %s has no committed offsets: name the topics to seek with --topics", group)
+				}
+				res, err := newOffsetResolver(ctx, adm, topics)
+				if err != nil {
+					return o.explain(err)
+				}
+				offsets := kadm.Offsets{}
+				var rs []seekResult
+				for _, t := range topics {
+					for _, p := range res.partitions(t) {
+						at, err := res.resolve(ctx, spec, t, p)
+						if err != nil {
+							return o.explain(err)
+						}
+						r := seekResult{Topic: t, Partition: p, New: at}
+						if c, ok := old.Lookup(t, p); ok && c.At >= 0 {
+							v := c.At
+							r.Old = &v
+						}
+						rs = append(rs, r)
+						offsets.Add(kadm.Offset{Topic: t, Partition: p, At: at, LeaderEpoch: -1})
 					}
-					if rs[i].Error != "" {
-						failed++
+				}
+				failed := 0
+				if !dryRun {
+					resps, err := adm.CommitOffsets(ctx, group, offsets)
+					if err != nil {
+						return o.explain(err)
+					}
+					for i, r := range rs {
+						c, ok := resps.Lookup(r.Topic, r.Partition)
+						switch {
+						case !ok:
+							rs[i].Error = "no answer for this partition"
+						case c.Err != nil:
+							rs[i].Error = c.Err.Error()
+						}
+						if rs[i].Error != "" {
+							failed++
+						}
 					}
 				}
-			}
-			w := cmd.OutOrStdout()
-			if o.json() {
-				if err := printJSON(w, rs); err != nil {
-					return err
-				}
-			} else {
-				t := newTable(w, "TOPIC", "PARTITION", "OLD-OFFSET", "NEW-OFFSET", "ERROR")
-				for _, r := range rs {
-					oldS := "-"
-					if r.Old != nil {
-						oldS = fmt.Sprint(*r.Old)
+				w := cmd.OutOrStdout()
+				if o.json() {
+					if err := printJSON(w, rs); err != nil {
+						return err
 					}
-					t.row(r.Topic, r.Partition, oldS, r.New, r.Error)
+				} else {
+					t := newTable(w, "TOPIC", "PARTITION", "OLD-OFFSET", "NEW-OFFSET", "ERROR")
+					for _, r := range rs {
+						oldS := "-"
+						if r.Old != nil {
+							oldS = fmt.Sprint(*r.Old)
+						}
+						t.row(r.Topic, r.Partition, oldS, r.New, r.Error)
+					}
+					if err := t.flush(); err != nil {
+						return err
+					}
+					if dryRun {
+						fmt.Fprintln(w, "(dry run: nothing committed)")
+					}
 				}
-				if err := t.flush(); err != nil {
-					return err
-				}
-				if dryRun {
-					fmt.Fprintln(w, "(dry run: nothing committed)")
-				}
-			}
-			return failures(failed, len(rs), "partitions")
+				return failures(failed, len(rs), "partitions")
+			})
 		},
 	}
 	cmd.Flags().StringVar(&to, "to", "", "new position: start, end, N, -N or @TS (Unix ms)")
@@ -358,47 +344,42 @@ func newGroupDeleteCommand(o *cliOptions) *cobra.Command {
 		Short: "Delete empty consumer groups and their committed offsets",
 		Args:  nArgs(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, groups []string) error {
-			cl, adm, err := o.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := o.ctx(cmd)
-			defer cancel()
-			resps, err := adm.DeleteGroups(ctx, groups...)
-			var se *kadm.ShardErrors
-			if err != nil && !errors.As(err, &se) {
-				return o.explain(err)
-			}
-			var rs []groupResult
-			failed := 0
-			for _, g := range groups {
-				r := groupResult{Group: g}
-				if d, ok := resps[g]; !ok {
-					r.Error = "no answer for this group: " + errString(err)
-				} else if d.Err != nil {
-					r.Error = kafkaErr(d.Err, d.ErrMessage).Error()
+			return o.withAdmin(cmd, func(ctx context.Context, adm *kadm.Client) error {
+				resps, err := adm.DeleteGroups(ctx, groups...)
+				var se *kadm.ShardErrors
+				if err != nil && !errors.As(err, &se) {
+					return o.explain(err)
 				}
-				if r.Error != "" {
-					failed++
+				var rs []groupResult
+				failed := 0
+				for _, g := range groups {
+					r := groupResult{Group: g}
+					if d, ok := resps[g]; !ok {
+						r.Error = "no answer for this group: " + errString(err)
+					} else if d.Err != nil {
+						r.Error = kafkaErr(d.Err, d.ErrMessage).Error()
+					}
+					if r.Error != "" {
+						failed++
+					}
+					rs = append(rs, r)
 				}
-				rs = append(rs, r)
-			}
-			w := cmd.OutOrStdout()
-			if o.json() {
-				if err := printJSON(w, rs); err != nil {
-					return err
+				w := cmd.OutOrStdout()
+				if o.json() {
+					if err := printJSON(w, rs); err != nil {
+						return err
+					}
+				} else {
+					t := newTable(w, "GROUP", "STATUS")
+					for _, r := range rs {
+						t.row(r.Group, cmpStr(r.Error, "deleted"))
+					}
+					if err := t.flush(); err != nil {
+						return err
+					}
 				}
-			} else {
-				t := newTable(w, "GROUP", "STATUS")
-				for _, r := range rs {
-					t.row(r.Group, cmpStr(r.Error, "deleted"))
-				}
-				if err := t.flush(); err != nil {
-					return err
-				}
-			}
-			return failures(failed, len(rs), "groups")
+				return failures(failed, len(rs), "groups")
+			})
 		},
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -81,30 +82,25 @@ func newTopicCreateCommand(o *cliOptions) *cobra.Command {
 			if partitions == 0 || partitions < -1 {
 				return usageErrorf("-p %d: a positive count, or -1 for the broker's default", partitions)
 			}
-			cl, adm, err := o.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := o.ctx(cmd)
-			defer cancel()
-			ptrs := make(map[string]*string, len(cfg))
-			for k, v := range cfg {
-				ptrs[k] = &v
-			}
-			resps, err := adm.CreateTopics(ctx, partitions, replication, ptrs, topics...)
-			if err != nil {
-				return o.explain(err)
-			}
-			var rs []topicResult
-			for _, r := range resps.Sorted() {
-				res := topicResult{Topic: r.Topic, Partitions: r.NumPartitions}
-				if r.Err != nil && !(ifNotExists && errors.Is(r.Err, kerr.TopicAlreadyExists)) {
-					res.Error = kafkaErr(r.Err, r.ErrMessage).Error()
+			return o.withAdmin(cmd, func(ctx context.Context, adm *kadm.Client) error {
+				ptrs := make(map[string]*string, len(cfg))
+				for k, v := range cfg {
+					ptrs[k] = &v
 				}
-				rs = append(rs, res)
-			}
-			return printTopicResults(cmd.OutOrStdout(), o, rs, "created")
+				resps, err := adm.CreateTopics(ctx, partitions, replication, ptrs, topics...)
+				if err != nil {
+					return o.explain(err)
+				}
+				var rs []topicResult
+				for _, r := range resps.Sorted() {
+					res := topicResult{Topic: r.Topic, Partitions: r.NumPartitions}
+					if r.Err != nil && !(ifNotExists && errors.Is(r.Err, kerr.TopicAlreadyExists)) {
+						res.Error = kafkaErr(r.Err, r.ErrMessage).Error()
+					}
+					rs = append(rs, res)
+				}
+				return printTopicResults(cmd.OutOrStdout(), o, rs, "created")
+			})
 		},
 	}
 	fs := cmd.Flags()
@@ -131,44 +127,39 @@ func newTopicListCommand(o *cliOptions) *cobra.Command {
 		Short:   "List topics",
 		Args:    nArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, adm, err := o.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := o.ctx(cmd)
-			defer cancel()
-			list := adm.ListTopics
-			if internal {
-				list = adm.ListTopicsWithInternal
-			}
-			tds, err := list(ctx)
-			if err != nil {
-				return o.explain(err)
-			}
-			out := []topicListEntry{}
-			for _, td := range tds.Sorted() {
-				if td.Err != nil {
-					return fmt.Errorf("topic %s: %w", td.Topic, td.Err)
+			return o.withAdmin(cmd, func(ctx context.Context, adm *kadm.Client) error {
+				list := adm.ListTopics
+				if internal {
+					list = adm.ListTopicsWithInternal
 				}
-				e := topicListEntry{Name: td.Topic, Partitions: len(td.Partitions), Internal: td.IsInternal}
-				if td.ID != (kadm.TopicID{}) {
-					e.ID = td.ID.String()
+				tds, err := list(ctx)
+				if err != nil {
+					return o.explain(err)
 				}
-				if len(td.Partitions) > 0 {
-					e.ReplicationFactor = len(td.Partitions.Sorted()[0].Replicas)
+				out := []topicListEntry{}
+				for _, td := range tds.Sorted() {
+					if td.Err != nil {
+						return fmt.Errorf("topic %s: %w", td.Topic, td.Err)
+					}
+					e := topicListEntry{Name: td.Topic, Partitions: len(td.Partitions), Internal: td.IsInternal}
+					if td.ID != (kadm.TopicID{}) {
+						e.ID = td.ID.String()
+					}
+					if len(td.Partitions) > 0 {
+						e.ReplicationFactor = len(td.Partitions.Sorted()[0].Replicas)
+					}
+					out = append(out, e)
 				}
-				out = append(out, e)
-			}
-			w := cmd.OutOrStdout()
-			if o.json() {
-				return printJSON(w, out)
-			}
-			t := newTable(w, "NAME", "PARTITIONS", "REPLICAS", "INTERNAL")
-			for _, e := range out {
-				t.row(e.Name, e.Partitions, e.ReplicationFactor, e.Internal)
-			}
-			return t.flush()
+				w := cmd.OutOrStdout()
+				if o.json() {
+					return printJSON(w, out)
+				}
+				t := newTable(w, "NAME", "PARTITIONS", "REPLICAS", "INTERNAL")
+				for _, e := range out {
+					t.row(e.Name, e.Partitions, e.ReplicationFactor, e.Internal)
+				}
+				return t.flush()
+			})
 		},
 	}
 	cmd.Flags().BoolVarP(&internal, "internal", "i", false, "list internal topics too (__consumer_offsets, ...)")
@@ -208,86 +199,81 @@ func newTopicDescribeCommand(o *cliOptions) *cobra.Command {
 		Short: "Show topics' partitions (leader, log start, high watermark) and their non-default configs",
 		Args:  nArgs(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, topics []string) error {
-			cl, adm, err := o.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := o.ctx(cmd)
-			defer cancel()
-			tds, err := adm.ListTopicsWithInternal(ctx, topics...)
-			if err != nil {
-				return o.explain(err)
-			}
-			for _, name := range topics {
-				td, ok := tds[name]
-				if !ok {
-					return fmt.Errorf("topic %s: %w", name, kerr.UnknownTopicOrPartition)
+			return o.withAdmin(cmd, func(ctx context.Context, adm *kadm.Client) error {
+				tds, err := adm.ListTopicsWithInternal(ctx, topics...)
+				if err != nil {
+					return o.explain(err)
 				}
-				if td.Err != nil {
-					return fmt.Errorf("topic %s: %w", name, td.Err)
+				for _, name := range topics {
+					td, ok := tds[name]
+					if !ok {
+						return fmt.Errorf("topic %s: %w", name, kerr.UnknownTopicOrPartition)
+					}
+					if td.Err != nil {
+						return fmt.Errorf("topic %s: %w", name, td.Err)
+					}
 				}
-			}
-			starts, err := adm.ListStartOffsets(ctx, topics...)
-			if err != nil {
-				return o.explain(err)
-			}
-			ends, err := adm.ListEndOffsets(ctx, topics...)
-			if err != nil {
-				return o.explain(err)
-			}
-			rcs, err := adm.DescribeTopicConfigs(ctx, topics...)
-			if err != nil {
-				return o.explain(err)
-			}
-			var out []topicDescription
-			for _, name := range topics {
-				td := tds[name]
-				d := topicDescription{Name: name, Internal: td.IsInternal, Partitions: []partitionInfo{}, Configs: []configEntry{}}
-				if td.ID != (kadm.TopicID{}) {
-					d.ID = td.ID.String()
+				starts, err := adm.ListStartOffsets(ctx, topics...)
+				if err != nil {
+					return o.explain(err)
 				}
-				for _, p := range td.Partitions.Sorted() {
-					pi := partitionInfo{Partition: p.Partition, Leader: p.Leader, LeaderEpoch: p.LeaderEpoch,
-						Replicas: p.Replicas, ISR: p.ISR, LogStart: -1, HighWatermark: -1, Error: errString(p.Err)}
-					if s, ok := starts.Lookup(name, p.Partition); ok && s.Err == nil {
-						pi.LogStart = s.Offset
-					}
-					if e, ok := ends.Lookup(name, p.Partition); ok && e.Err == nil {
-						pi.HighWatermark = e.Offset
-					} else if ok && pi.Error == "" {
-						pi.Error = errString(e.Err)
-					}
-					d.Partitions = append(d.Partitions, pi)
+				ends, err := adm.ListEndOffsets(ctx, topics...)
+				if err != nil {
+					return o.explain(err)
 				}
-				for _, rc := range rcs {
-					if rc.Name != name {
-						continue
+				rcs, err := adm.DescribeTopicConfigs(ctx, topics...)
+				if err != nil {
+					return o.explain(err)
+				}
+				var out []topicDescription
+				for _, name := range topics {
+					td := tds[name]
+					d := topicDescription{Name: name, Internal: td.IsInternal, Partitions: []partitionInfo{}, Configs: []configEntry{}}
+					if td.ID != (kadm.TopicID{}) {
+						d.ID = td.ID.String()
 					}
-					if rc.Err != nil {
-						return fmt.Errorf("topic %s configs: %w", name, kafkaErr(rc.Err, rc.ErrMessage))
+					for _, p := range td.Partitions.Sorted() {
+						pi := partitionInfo{Partition: p.Partition, Leader: p.Leader, LeaderEpoch: p.LeaderEpoch,
+							Replicas: p.Replicas, ISR: p.ISR, LogStart: -1, HighWatermark: -1, Error: errString(p.Err)}
+						if s, ok := starts.Lookup(name, p.Partition); ok && s.Err == nil {
+							pi.LogStart = s.Offset
+						}
+						if e, ok := ends.Lookup(name, p.Partition); ok && e.Err == nil {
+							pi.HighWatermark = e.Offset
+						} else if ok && pi.Error == "" {
+							pi.Error = errString(e.Err)
+						}
+						d.Partitions = append(d.Partitions, pi)
 					}
-					for _, c := range rc.Configs {
-						if !allConfigs && c.Source != kmsg.ConfigSourceDynamicTopicConfig {
+					for _, rc := range rcs {
+						if rc.Name != name {
 							continue
 						}
-						d.Configs = append(d.Configs, configEntry{Name: c.Key, Value: c.Value, Source: configSource(c.Source), Sensitive: c.Sensitive})
+						if rc.Err != nil {
+							return fmt.Errorf("topic %s configs: %w", name, kafkaErr(rc.Err, rc.ErrMessage))
+						}
+						for _, c := range rc.Configs {
+							if !allConfigs && c.Source != kmsg.ConfigSourceDynamicTopicConfig {
+								continue
+							}
+							d.Configs = append(d.Configs, configEntry{Name: c.Key, Value: c.Value, Source: configSource(c.Source), Sensitive: c.Sensitive})
+						}
 					}
+					sort.Slice(d.Configs, func(i, j int) bool { return d.Configs[i].Name < d.Configs[j].Name })
+					out = append(out, d)
 				}
-				sort.Slice(d.Configs, func(i, j int) bool { return d.Configs[i].Name < d.Configs[j].Name })
-				out = append(out, d)
-			}
-			w := cmd.OutOrStdout()
-			if o.json() {
-				return printJSON(w, out)
-			}
-			for i, d := range out {
-				if i > 0 {
-					fmt.Fprintln(w)
+				w := cmd.OutOrStdout()
+				if o.json() {
+					return printJSON(w, out)
 				}
-				printTopicDescription(w, d, allConfigs)
-			}
-			return nil
+				for i, d := range out {
+					if i > 0 {
+						fmt.Fprintln(w)
+					}
+					printTopicDescription(w, d, allConfigs)
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVarP(&allConfigs, "all-configs", "a", false, "show every config with its source, defaults too")
@@ -359,32 +345,27 @@ func newTopicDeleteCommand(o *cliOptions) *cobra.Command {
 		Short: "Delete topics and all their records",
 		Args:  nArgs(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, topics []string) error {
-			cl, adm, err := o.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := o.ctx(cmd)
-			defer cancel()
-			resps, err := adm.DeleteTopics(ctx, topics...)
-			if err != nil {
-				return o.explain(err)
-			}
-			var rs []topicResult
-			for _, name := range topics {
-				r, ok := resps[name]
-				res := topicResult{Topic: name}
-				switch {
-				case !ok || errors.Is(r.Err, kerr.UnknownTopicOrPartition) || errors.Is(r.Err, kerr.UnknownTopicID):
-					if !ifExists {
-						res.Error = kerr.UnknownTopicOrPartition.Error()
-					}
-				case r.Err != nil:
-					res.Error = kafkaErr(r.Err, r.ErrMessage).Error()
+			return o.withAdmin(cmd, func(ctx context.Context, adm *kadm.Client) error {
+				resps, err := adm.DeleteTopics(ctx, topics...)
+				if err != nil {
+					return o.explain(err)
 				}
-				rs = append(rs, res)
-			}
-			return printTopicResults(cmd.OutOrStdout(), o, rs, "deleted")
+				var rs []topicResult
+				for _, name := range topics {
+					r, ok := resps[name]
+					res := topicResult{Topic: name}
+					switch {
+					case !ok || errors.Is(r.Err, kerr.UnknownTopicOrPartition) || errors.Is(r.Err, kerr.UnknownTopicID):
+						if !ifExists {
+							res.Error = kerr.UnknownTopicOrPartition.Error()
+						}
+					case r.Err != nil:
+						res.Error = kafkaErr(r.Err, r.ErrMessage).Error()
+					}
+					rs = append(rs, res)
+				}
+				return printTopicResults(cmd.OutOrStdout(), o, rs, "deleted")
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&ifExists, "if-exists", false, "a topic that does not exist is no failure")
@@ -417,28 +398,23 @@ func newTopicAlterConfigCommand(o *cliOptions) *cobra.Command {
 				}
 				alters = append(alters, kadm.AlterConfig{Op: kadm.DeleteConfig, Name: k})
 			}
-			cl, adm, err := o.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := o.ctx(cmd)
-			defer cancel()
-			resps, err := adm.AlterTopicConfigs(ctx, alters, topics...)
-			if err != nil {
-				return o.explain(err)
-			}
-			var rs []topicResult
-			for _, name := range topics {
-				res := topicResult{Topic: name, Error: kerr.UnknownTopicOrPartition.Error()}
-				for _, r := range resps {
-					if r.Name == name {
-						res.Error = errString(kafkaErr(r.Err, r.ErrMessage))
-					}
+			return o.withAdmin(cmd, func(ctx context.Context, adm *kadm.Client) error {
+				resps, err := adm.AlterTopicConfigs(ctx, alters, topics...)
+				if err != nil {
+					return o.explain(err)
 				}
-				rs = append(rs, res)
-			}
-			return printTopicResults(cmd.OutOrStdout(), o, rs, "altered")
+				var rs []topicResult
+				for _, name := range topics {
+					res := topicResult{Topic: name, Error: kerr.UnknownTopicOrPartition.Error()}
+					for _, r := range resps {
+						if r.Name == name {
+							res.Error = errString(kafkaErr(r.Err, r.ErrMessage))
+						}
+					}
+					rs = append(rs, res)
+				}
+				return printTopicResults(cmd.OutOrStdout(), o, rs, "altered")
+			})
 		},
 	}
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "config to set, key=value (repeatable)")
@@ -468,53 +444,49 @@ are never removed.`,
 			case totalSet && total <= 0:
 				return usageErrorf("--total %d: must be positive", total)
 			}
-			cl, adm, err := o.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := o.ctx(cmd)
-			defer cancel()
-			var resps kadm.CreatePartitionsResponses
-			if numSet {
-				resps, err = adm.CreatePartitions(ctx, num, topics...)
-			} else {
-				resps, err = adm.UpdatePartitions(ctx, total, topics...)
-			}
-			if err != nil {
-				return o.explain(err)
-			}
-			tds, err := adm.ListTopics(ctx, topics...)
-			if err != nil {
-				return o.explain(err)
-			}
-			var rs []topicResult
-			for _, name := range topics {
-				res := topicResult{Topic: name, Partitions: int32(len(tds[name].Partitions))}
-				if r, ok := resps[name]; !ok {
-					res.Error = kerr.UnknownTopicOrPartition.Error()
-				} else if r.Err != nil {
-					res.Error = kafkaErr(r.Err, r.ErrMessage).Error()
+			return o.withAdmin(cmd, func(ctx context.Context, adm *kadm.Client) error {
+				var resps kadm.CreatePartitionsResponses
+				var err error
+				if numSet {
+					resps, err = adm.CreatePartitions(ctx, num, topics...)
+				} else {
+					resps, err = adm.UpdatePartitions(ctx, total, topics...)
 				}
-				rs = append(rs, res)
-			}
-			if o.json() {
-				return printTopicResults(cmd.OutOrStdout(), o, rs, "")
-			}
-			t := newTable(cmd.OutOrStdout(), "TOPIC", "PARTITIONS", "STATUS")
-			failed := 0
-			for _, r := range rs {
-				status := "ok"
-				if r.Error != "" {
-					status = r.Error
-					failed++
+				if err != nil {
+					return o.explain(err)
 				}
-				t.row(r.Topic, r.Partitions, status)
-			}
-			if err := t.flush(); err != nil {
-				return err
-			}
-			return failures(failed, len(rs), "topics")
+				tds, err := adm.ListTopics(ctx, topics...)
+				if err != nil {
+					return o.explain(err)
+				}
+				var rs []topicResult
+				for _, name := range topics {
+					res := topicResult{Topic: name, Partitions: int32(len(tds[name].Partitions))}
+					if r, ok := resps[name]; !ok {
+						res.Error = kerr.UnknownTopicOrPartition.Error()
+					} else if r.Err != nil {
+						res.Error = kafkaErr(r.Err, r.ErrMessage).Error()
+					}
+					rs = append(rs, res)
+				}
+				if o.json() {
+					return printTopicResults(cmd.OutOrStdout(), o, rs, "")
+				}
+				t := newTable(cmd.OutOrStdout(), "TOPIC", "PARTITIONS", "STATUS")
+				failed := 0
+				for _, r := range rs {
+					status := "ok"
+					if r.Error != "" {
+						status = r.Error
+						failed++
+					}
+					t.row(r.Topic, r.Partitions, status)
+				}
+				if err := t.flush(); err != nil {
+					return err
+				}
+				return failures(failed, len(rs), "topics")
+			})
 		},
 	}
 	cmd.Flags().IntVarP(&num, "num", "n", 0, "partitions to add to each topic")
