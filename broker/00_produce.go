@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -359,8 +358,7 @@ func stampPolicyOf(configs map[string]string) stampPolicy {
 	p := stampPolicy{logAppend: v == "LogAppendTime",
 		before: configInt(configs, "message.timestamp.before.max.ms"),
 		after:  configInt(configs, "message.timestamp.after.max.ms")}
-	policy, _ := configValue(configs, "cleanup.policy")
-	p.compact = slices.Contains(splitList(policy), "compact")
+	p.compact = compacted(configs)
 	p.maxBytes = logConfig(configs).MaxMessageBytes
 	// As Kafka's LogConfig: before/after when set, else the older bound.
 	if p.before == math.MaxInt64 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -29,12 +28,6 @@ type cleanerStats struct {
 	cleans, failures        atomic.Int64
 	lastClean               atomic.Int64 // unix ms of the last clean's end; 0: none
 	maxDirtyRatio           atomic.Uint64
-}
-
-// compacted reports whether a topic's cleanup.policy includes compact.
-func compacted(set map[string]string) bool {
-	policy, _ := configValue(set, "cleanup.policy")
-	return slices.Contains(splitList(policy), "compact")
 }
 
 func configFloat(set map[string]string, name string) float64 {

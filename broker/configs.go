@@ -290,6 +290,13 @@ func retention(set map[string]string) (bytes, ms int64) {
 	return configInt(set, "retention.bytes"), configInt(set, "retention.ms")
 }
 
+// compacted reports whether a topic's cleanup.policy includes compact (its
+// records need keys; the cleaner compacts it).
+func compacted(set map[string]string) bool {
+	policy, _ := configValue(set, "cleanup.policy")
+	return slices.Contains(splitList(policy), "compact")
+}
+
 func sortedConfigNames() []string {
 	names := make([]string, 0, len(topicConfigs))
 	for _, d := range topicConfigs {
