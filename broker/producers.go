@@ -55,10 +55,12 @@ var (
 	errInvalidEpoch       = errors.New("invalid producer epoch")
 )
 
-// lastSeq returns the sequence of the last record of a batch, wrapping at
-// int32 max as Kafka does.
-func lastSeq(first int32, records int32) int32 {
-	return int32((int64(first) + int64(records) - 1) % (math.MaxInt32 + 1))
+// lastSeq returns the sequence of a batch's last record, wrapping at int32
+// max as Kafka does. From the offset delta, not the record count (Kafka's
+// lastSequence): a cleaned batch keeps its last offset with fewer records;
+// a produced one has both equal (log.CheckBatch).
+func lastSeq(h *log.BatchHeader) int32 {
+	return int32((int64(h.BaseSequence) + int64(h.LastOffsetDelta)) % (math.MaxInt32 + 1))
 }
 
 func nextSeq(last int32) int32 {
@@ -73,7 +75,7 @@ func nextSeq(last int32) int32 {
 // p.mu held.
 func (p *partition) checkSequence(h *log.BatchHeader) (dup int64, err error) {
 	st := p.producers[h.ProducerID]
-	first, last := h.BaseSequence, lastSeq(h.BaseSequence, h.NumRecords)
+	first, last := h.BaseSequence, lastSeq(h)
 	if st == nil {
 		return -1, nil // unknown producer (new, or its state expired): accept
 	}
@@ -110,9 +112,7 @@ func (p *partition) recordSequence(h *log.BatchHeader, nowMs int64) {
 		p.producers[h.ProducerID] = st
 	}
 	st.LastMs = nowMs
-	// From the offset delta, not the record count: a cleaned batch keeps its
-	// last offset (and sequence) with fewer records (Kafka's lastSequence).
-	st.Batches = append(st.Batches, seqBatch{FirstSeq: h.BaseSequence, LastSeq: lastSeq(h.BaseSequence, h.LastOffsetDelta+1), BaseOffset: h.BaseOffset})
+	st.Batches = append(st.Batches, seqBatch{FirstSeq: h.BaseSequence, LastSeq: lastSeq(h), BaseOffset: h.BaseOffset})
 	if len(st.Batches) > producerWindow {
 		st.Batches = append(st.Batches[:0], st.Batches[len(st.Batches)-producerWindow:]...)
 	}
