@@ -259,7 +259,18 @@ func (s *Server) fetchOnce(c *conn, req *kmsg.FetchRequest) (*fetchResponse, int
 				} else {
 					b, wait, err = s.coldRead(p, rp.FetchOffset, max(budget, 1), stop)
 				}
-				if err == nil {
+				if err == nil && b != nil && b.Len == 0 {
+					// Compaction left nothing in the bucket from here on:
+					// the records go on in the local log.
+					next := b.Next
+					b.Release()
+					b = nil
+					if total == 0 {
+						res, err = p.log.ReadStable(next, max(budget, 1), stop)
+					} else {
+						res, err = p.log.ReadAtMostStable(next, budget, stop)
+					}
+				} else if err == nil {
 					tails[len(tails)-1] = nil
 					if wait != nil {
 						waitOn = append(waitOn, wait)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/synapsebroker/synapse/log"
+	"github.com/synapsebroker/synapse/tiering"
 )
 
 // The log cleaner's scheduler (Kafka's LogCleanerManager with one cleaner
@@ -26,6 +29,7 @@ import (
 type cleanerStats struct {
 	bytesRead, bytesWritten atomic.Int64
 	cleans, failures        atomic.Int64
+	bucketSegments          atomic.Int64 // cleaned segments swapped into the bucket by CleanBucket
 	lastClean               atomic.Int64 // unix ms of the last clean's end; 0: none
 	maxDirtyRatio           atomic.Uint64
 }
@@ -54,6 +58,10 @@ func (s *Server) cleanerLoop(done chan<- struct{}) {
 		limiter = rate.NewLimiter(rate.Limit(r), int(min(r, 1<<20)))
 	}
 	var km *log.KeyMap // allocated at the first clean, reused
+	if s.cfg.Tier != nil {
+		// Bucket cleans stage their output here; a crash leaves files behind.
+		os.RemoveAll(s.cleanerTempDir())
+	}
 	t := time.NewTicker(s.cfg.CleanerBackoff)
 	defer t.Stop()
 	for {
@@ -62,11 +70,15 @@ func (s *Server) cleanerLoop(done chan<- struct{}) {
 			return
 		case <-t.C:
 		}
+		// Each partition at most once per pass: one that fails, or stays
+		// due after its clean, waits for the next tick.
+		done := map[*partition]bool{}
 		for s.ctx.Err() == nil {
-			c, ok := s.nextToClean()
+			c, ok := s.nextToClean(done)
 			if !ok {
 				break
 			}
+			done[c.p] = true
 			if km == nil {
 				km = log.NewKeyMap(s.cfg.CleanerDedupeBufferSize)
 			}
@@ -76,7 +88,7 @@ func (s *Server) cleanerLoop(done chan<- struct{}) {
 }
 
 // nextToClean picks the partition to clean next, if any is due.
-func (s *Server) nextToClean() (cleanCandidate, bool) {
+func (s *Server) nextToClean(done map[*partition]bool) (cleanCandidate, bool) {
 	now := s.cfg.Now()
 	var best cleanCandidate
 	found := false
@@ -89,12 +101,19 @@ func (s *Server) nextToClean() (cleanCandidate, bool) {
 		minRatio := configFloat(set, "min.cleanable.dirty.ratio")
 		maxLag := time.Duration(configInt(set, "max.compaction.lag.ms")) * time.Millisecond
 		for _, p := range s.reg.partitionsOf(t) {
-			if p.log == nil || p.log.Err() != nil {
+			if p.log == nil || p.log.Err() != nil || done[p] {
 				continue
 			}
-			ratio, dirty, _ := p.log.CleanableDirtyRatio()
+			ratio, dirty, cleanable := p.log.CleanableDirtyRatio()
+			if b := s.bucketOnlyBytes(p); b > 0 && dirty > 0 {
+				// The bucket's segments below the local log are part of what
+				// a clean reads: at the default ratio 0.5 each byte they hold
+				// is downloaded at most once per byte of new dirty data.
+				ratio = float64(dirty) / float64(cleanable+b)
+			}
 			maxRatio = max(maxRatio, ratio)
-			if dirty == 0 {
+			due := p.log.DeleteHorizonDue(now)
+			if dirty == 0 && !due {
 				continue
 			}
 			overdue := false
@@ -107,7 +126,7 @@ func (s *Server) nextToClean() (cleanCandidate, bool) {
 					}
 				}
 			}
-			if ratio < minRatio && !overdue {
+			if ratio < minRatio && !overdue && !due {
 				continue
 			}
 			c := cleanCandidate{t: t, p: p, set: set, ratio: ratio, overdue: overdue}
@@ -116,8 +135,35 @@ func (s *Server) nextToClean() (cleanCandidate, bool) {
 			}
 		}
 	}
-	s.cleaner.maxDirtyRatio.Store(math.Float64bits(maxRatio))
+	if len(done) == 0 { // the pass's first look saw every partition
+		s.cleaner.maxDirtyRatio.Store(math.Float64bits(maxRatio))
+	}
 	return best, found
+}
+
+// cleanerTempDir holds bucket cleans' output until it is uploaded (no
+// dash in the name: the registry's orphan sweep passes it by).
+func (s *Server) cleanerTempDir() string { return filepath.Join(s.cfg.DataDir, ".cleaner") }
+
+// bucketOnlyBytes is what the bucket holds of p below its local log
+// (from the cached manifest; 0 if none is cached).
+func (s *Server) bucketOnlyBytes(p *partition) int64 {
+	t := s.cfg.Tier
+	if t == nil || !t.ManifestCached(p.tierKey()) {
+		return 0
+	}
+	m, err := t.Manifest(s.ctx, p.tierKey())
+	if err != nil {
+		return 0
+	}
+	below := p.log.LocalStartOffset()
+	var n int64
+	for _, sg := range m.Segments {
+		if sg.Next > m.LogStartOffset && sg.Next <= below {
+			n += sg.Size
+		}
+	}
+	return n
 }
 
 // cleanOne cleans c's partition and records the outcome.
@@ -136,26 +182,32 @@ func (s *Server) cleanOne(c cleanCandidate, km *log.KeyMap, limiter *rate.Limite
 		cfg.Throttle = log.RateThrottle(limiter)
 	}
 	// Not beside the partition's tiering step (an upload reads the files a
-	// swap replaces), and with a tier only what the bucket does not hold
-	// yet is rewritten locally: a segment already uploaded stays as the
-	// bucket has it, so its local copy can still be released.
+	// swap replaces, a bucket clean swaps manifest entries). With a tier
+	// the bucket's segments below the local log are cleaned with the same
+	// key map first (tiering.CleanBucket); local segments the bucket also
+	// holds are cleaned here and uploaded again by the next tiering pass.
 	c.p.tierMu.Lock()
 	defer c.p.tierMu.Unlock()
+	var bucket tiering.BucketCleanResult
 	if t := s.cfg.Tier; t != nil {
-		ctx, cancel := context.WithTimeout(s.ctx, tierOpTimeout)
-		m, err := t.Manifest(ctx, c.p.tierKey())
-		cancel()
-		if err != nil {
-			s.repeat.Warn("log cleaner: manifest unknown, not cleaning", zap.String("topic", c.t.name), zap.Int32("partition", c.p.index), zap.Error(err))
-			return
+		cfg.Below = func(ctx context.Context, km *log.KeyMap, end int64, retain map[int64]bool) (log.CleanStats, error) {
+			if err := os.MkdirAll(s.cleanerTempDir(), 0o755); err != nil {
+				return log.CleanStats{}, err
+			}
+			var err error
+			bucket, err = t.CleanBucket(ctx, c.p.tierKey(), c.p.log, tiering.BucketCleanConfig{Map: km, End: end,
+				NowMs: s.cfg.Now().UnixMilli(), DeleteRetentionMs: max(cfg.DeleteRetention, 0).Milliseconds(), Retain: retain,
+				SegmentBytes: configInt(c.set, "segment.bytes"), IndexIntervalBytes: configInt(c.set, "index.interval.bytes"),
+				Throttle: cfg.Throttle, TempDir: s.cleanerTempDir()})
+			s.cleaner.bucketSegments.Add(int64(bucket.Swapped))
+			return bucket.Stats, err
 		}
-		cfg.RewriteFrom = m.Next()
 	}
 	res, err := c.p.log.Clean(s.ctx, cfg)
 	s.cleaner.bytesRead.Add(res.Stats.BytesRead)
 	s.cleaner.bytesWritten.Add(res.Stats.BytesWritten)
 	if err != nil {
-		if errors.Is(err, log.ErrCleanRaced) || s.ctx.Err() != nil {
+		if errors.Is(err, log.ErrCleanRaced) || errors.Is(err, tiering.ErrBucketCleanRaced) || s.ctx.Err() != nil {
 			return // segments moved under it: the next pass cleans again
 		}
 		s.cleaner.failures.Add(1)
@@ -167,6 +219,7 @@ func (s *Server) cleanOne(c cleanCandidate, km *log.KeyMap, limiter *rate.Limite
 	s.logger.Debug("cleaned", zap.String("topic", c.t.name), zap.Int32("partition", c.p.index),
 		zap.Int64("first_dirty", res.FirstDirty), zap.Int64("end", res.End),
 		zap.Int("segments_in", res.SegmentsIn), zap.Int("segments_out", res.SegmentsOut),
+		zap.Int("bucket_segments_in", bucket.SegmentsIn), zap.Int("bucket_segments_out", bucket.SegmentsOut),
 		zap.Int64("bytes_read", res.Stats.BytesRead), zap.Int64("bytes_written", res.Stats.BytesWritten),
 		zap.Float64("dirty_ratio_before", res.DirtyRatioBefore), zap.Float64("dirty_ratio_after", res.DirtyRatioAfter))
 }

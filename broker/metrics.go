@@ -58,6 +58,7 @@ var (
 	descCleans          = prometheus.NewDesc("synapse_cleaner_cleans_total", "Partition cleans completed.", nil, nil)
 	descCleanFails      = prometheus.NewDesc("synapse_cleaner_failures_total", "Partition cleans that failed (retried at the next pass).", nil, nil)
 	descCleanRatio      = prometheus.NewDesc("synapse_cleaner_max_dirty_ratio", "Largest cleanable dirty ratio among compacted partitions at the last pass.", nil, nil)
+	descCleanBucket     = prometheus.NewDesc("synapse_cleaner_bucket_segments_total", "Cleaned segments the log cleaner swapped into the bucket from segments only the bucket held.", nil, nil)
 	descCleanSince      = prometheus.NewDesc("synapse_cleaner_seconds_since_last_clean", "Seconds since the last completed clean; -1 if none since start.", nil, nil)
 	descQuotaThrottled  = prometheus.NewDesc("synapse_quota_throttled_total", "Responses throttled for the client quota.", quotaLabels, nil)
 )
@@ -67,7 +68,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		descDownBytes, descCacheHits, descCacheMisses, descTierErrors, descTierGets, descLagBytes, descLagSegs, descColdRate, descTailLate, descBackoffs,
 		descGroups, descMembers, descTxns, descAuthOK, descAuthFailed, descDenied, descFDBudget, descFDUsed, descFDRefused, descFDKernel,
 		descSessions, descSessParts, descSessEvicts, descQuotaLimit, descQuotaRate, descQuotaThrottleMs, descQuotaThrottled,
-		descCleanRead, descCleanWritten, descCleans, descCleanFails, descCleanRatio, descCleanSince} {
+		descCleanRead, descCleanWritten, descCleans, descCleanFails, descCleanRatio, descCleanSince, descCleanBucket} {
 		ch <- d
 	}
 }
@@ -122,6 +123,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descCleanWritten, s.cleaner.bytesWritten.Load())
 	counter(descCleans, s.cleaner.cleans.Load())
 	counter(descCleanFails, s.cleaner.failures.Load())
+	counter(descCleanBucket, s.cleaner.bucketSegments.Load())
 	gauge(descCleanRatio, math.Float64frombits(s.cleaner.maxDirtyRatio.Load()))
 	since := -1.0
 	if ms := s.cleaner.lastClean.Load(); ms > 0 {

@@ -46,13 +46,16 @@ const tierOpTimeout = 2 * time.Minute
 type tierSig struct {
 	leo, logStart, localStart int64
 	segments                  int
-	configs                   uint64 // topic.configGen
-	at                        time.Time
+	// firstDirty moves with every clean: the clean's segments are to be
+	// uploaded again, and the release of a compacted topic waits for it.
+	firstDirty int64
+	configs    uint64 // topic.configGen
+	at         time.Time
 }
 
 func (s *Server) tierSigOf(p *partition, now time.Time) tierSig {
 	return tierSig{leo: p.log.LogEndOffset(), logStart: p.log.LogStartOffset(), localStart: p.log.LocalStartOffset(),
-		segments: p.log.SegmentCount(), configs: s.reg.configGenOf(p.topic), at: now}
+		segments: p.log.SegmentCount(), firstDirty: p.log.FirstDirtyOffset(), configs: s.reg.configGenOf(p.topic), at: now}
 }
 
 // tierIdleRecheck bounds how long an unchanged partition goes without its
@@ -125,7 +128,16 @@ func (s *Server) tierPartitionWork(p *partition, now time.Time) (idle bool) {
 	set := s.reg.configsOf(p.topic)
 	keepBytes := s.localRetention(set, "local.retention.bytes", "retention.bytes")
 	keepMs := s.localRetention(set, "local.retention.ms", "retention.ms")
-	if released, err := t.ReleaseLocalBelow(ctx, pk, p.log, keepBytes, keepMs, now, p.lastStable(p.log.HighWatermark()), p.beforeRelease); err != nil {
+	stable := p.lastStable(p.log.HighWatermark())
+	if s.cfg.CleanerBackoff > 0 && compacted(set) {
+		// A compacted topic's dirty segments stay until the cleaner has
+		// mapped their keys: a key first seen in the bucket only would
+		// keep its older values there. (The disk budget still releases
+		// them when it must: compaction is then less thorough, nothing is
+		// lost.)
+		stable = min(stable, p.log.FirstDirtyOffset())
+	}
+	if released, err := t.ReleaseLocalBelow(ctx, pk, p.log, keepBytes, keepMs, now, stable, p.beforeRelease); err != nil {
 		warn("release local segments", err)
 		idle = false
 	} else if released > 0 {

@@ -50,12 +50,17 @@ type cleanerCheckpoint struct {
 	// the cleaner (offset gaps allowed). Raised before a swap commits, so
 	// it covers every cleaned segment even if index files are lost.
 	CleanedBelow int64 `json:"cleaned_below"`
+	// NextHorizonMs is the earliest delete horizon of a tombstone the last
+	// clean kept (0: none): once it passes, a clean runs even with no new
+	// dirty data, so tombstones go on time.
+	NextHorizonMs int64 `json:"next_horizon_ms,omitempty"`
 }
 
 type cleanerState struct {
 	mu           sync.Mutex // one clean at a time
 	firstDirty   atomic.Int64
 	cleanedBelow atomic.Int64
+	horizon      atomic.Int64 // the checkpoint's NextHorizonMs
 	last         atomic.Pointer[CleanResult]
 }
 
@@ -75,7 +80,7 @@ func readCleanerCheckpoint(fsys FS, dir string) (cleanerCheckpoint, error) {
 }
 
 func (p *Partition) writeCleanerCheckpoint(firstDirty, cleanedBelow int64) error {
-	b, err := json.Marshal(cleanerCheckpoint{Version: 1, FirstDirty: firstDirty, CleanedBelow: cleanedBelow})
+	b, err := json.Marshal(cleanerCheckpoint{Version: 1, FirstDirty: firstDirty, CleanedBelow: cleanedBelow, NextHorizonMs: p.cleaner.horizon.Load()})
 	if err != nil {
 		return err
 	}
@@ -118,6 +123,13 @@ type CleanConfig struct {
 	// they are (the tier's: segments the bucket already holds). Their keys
 	// still count, and the checkpoint moves past them.
 	RewriteFrom int64
+	// Below, if set, cleans what lies below the local log (the tier's
+	// segments) with the same key map, after the map is built and before
+	// any local segment is rewritten: end is where the map stops, retain
+	// the batches producers need. With it the clean sees the whole log, so
+	// tombstones may go from local segments too (without it, an older
+	// value below could outlive its tombstone). Its error ends the clean.
+	Below func(ctx context.Context, km *KeyMap, end int64, retain map[int64]bool) (CleanStats, error)
 }
 
 // RateThrottle adapts a limiter (bytes per second) to CleanConfig.Throttle.
@@ -146,6 +158,13 @@ type CleanResult struct {
 	DirtyRatioBefore        float64
 	DirtyRatioAfter         float64
 	Start, Finish           time.Time
+}
+
+// DeleteHorizonDue reports whether a tombstone the last clean kept has
+// reached its delete horizon: a clean now removes it, dirty data or not.
+func (p *Partition) DeleteHorizonDue(now time.Time) bool {
+	hz := p.cleaner.horizon.Load()
+	return hz > 0 && hz <= now.UnixMilli()
 }
 
 // LastClean returns the result of the last clean that swapped anything
@@ -240,7 +259,13 @@ func (p *Partition) Clean(ctx context.Context, cfg CleanConfig) (CleanResult, er
 		}
 	}
 	res.FirstDirty, res.End = first, end
-	if end <= first || len(sealed) == 0 {
+	// No new dirty data, but a kept tombstone's horizon has passed: a pass
+	// over the clean range (an empty key map) removes it.
+	horizonDue := false
+	if hz := p.cleaner.horizon.Load(); end <= first && hz > 0 && hz <= now.UnixMilli() && (len(sealed) > 0 || cfg.Below != nil) {
+		horizonDue, end, res.End = true, first, first
+	}
+	if !horizonDue && (end <= first || len(sealed) == 0) {
 		res.End = first
 		res.DirtyRatioAfter = res.DirtyRatioBefore
 		return res, nil
@@ -259,7 +284,10 @@ func (p *Partition) Clean(ctx context.Context, cfg CleanConfig) (CleanResult, er
 	} else {
 		km.Clear()
 	}
-	mapEnd, read, err := p.buildKeyMap(ctx, sealed, first, end, aborted, km, cfg.Throttle)
+	mapEnd, read, err := end, int64(0), error(nil)
+	if !horizonDue {
+		mapEnd, read, err = p.buildKeyMap(ctx, sealed, first, end, aborted, km, cfg.Throttle)
+	}
 	res.Stats.BytesRead += read
 	if err != nil {
 		return res, err
@@ -275,6 +303,14 @@ func (p *Partition) Clean(ctx context.Context, cfg CleanConfig) (CleanResult, er
 	if p.logStart.Load() < segs[0].base {
 		floor = segs[0].base // data below the local log (tiered) was not seen
 	}
+	if cfg.Below != nil {
+		st, err := cfg.Below(ctx, km, end, retain)
+		res.Stats.add(st)
+		if err != nil {
+			return res, err
+		}
+		floor = -1 // it was: cleaned with this map
+	}
 	// Groups: consecutive sealed segments starting below end, merged
 	// while the cleaned output and the next input fit in SegmentBytes.
 	var cands []*segment
@@ -284,6 +320,7 @@ func (p *Partition) Clean(ctx context.Context, cfg CleanConfig) (CleanResult, er
 		}
 	}
 	if len(cands) == 0 {
+		p.cleaner.horizon.Store(res.Stats.NextHorizonMs)
 		if err := p.writeCleanerCheckpoint(end, p.cleaner.cleanedBelow.Load()); err != nil {
 			return res, err
 		}
@@ -313,6 +350,7 @@ func (p *Partition) Clean(ctx context.Context, cfg CleanConfig) (CleanResult, er
 		}
 		i += n
 	}
+	p.cleaner.horizon.Store(res.Stats.NextHorizonMs)
 	if err := p.writeCleanerCheckpoint(end, p.cleaner.cleanedBelow.Load()); err != nil {
 		return res, err
 	}

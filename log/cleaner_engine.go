@@ -55,6 +55,10 @@ type CleanStats struct {
 	BatchesIn, BatchesOut             int64
 	RecordsIn, RecordsOut             int64
 	BatchesRewritten, BatchesVerbatim int64
+	// NextHorizonMs is the earliest delete horizon of a tombstone the
+	// output keeps (0: none): a clean after it removes the tombstone even
+	// with no new dirty data (Kafka's logsWithTombstonesExpired).
+	NextHorizonMs int64
 }
 
 func (s *CleanStats) add(o CleanStats) {
@@ -66,6 +70,13 @@ func (s *CleanStats) add(o CleanStats) {
 	s.RecordsOut += o.RecordsOut
 	s.BatchesRewritten += o.BatchesRewritten
 	s.BatchesVerbatim += o.BatchesVerbatim
+	s.noteHorizon(o.NextHorizonMs)
+}
+
+func (s *CleanStats) noteHorizon(ms int64) {
+	if ms > 0 && (s.NextHorizonMs == 0 || ms < s.NextHorizonMs) {
+		s.NextHorizonMs = ms
+	}
 }
 
 // CleanedSegment describes the output of CleanSegments: one segment
@@ -390,9 +401,12 @@ func (c *segmentCleaner) add(ctx context.Context, in SegmentFiles) error {
 			}
 			continue
 		}
-		nb, err := cleanBatch(b, &h, ct, c.tx, cfg)
+		nb, pending, err := cleanBatch(b, &h, ct, c.tx, cfg)
 		if err != nil {
 			return err
+		}
+		if nb != nil {
+			res.Stats.noteHorizon(pending)
 		}
 		switch {
 		case nb == nil:
@@ -435,8 +449,10 @@ func (c *segmentCleaner) finish(ctx context.Context) (*CleanedSegment, error) {
 }
 
 // cleanBatch decides one batch below the cleanable end: nil to drop it, b
-// itself to keep it as it is, or its rewritten bytes.
-func cleanBatch(b []byte, h *BatchHeader, ct int16, tx *txnTracker, cfg *SegmentCleanConfig) ([]byte, error) {
+// itself to keep it as it is, or its rewritten bytes; pending is the
+// delete horizon of the tombstones it keeps, when a later clean can apply
+// it (0: none).
+func cleanBatch(b []byte, h *BatchHeader, ct int16, tx *txnTracker, cfg *SegmentCleanConfig) (_ []byte, pending int64, _ error) {
 	var canDiscard bool
 	if h.Control() {
 		// Markers are kept for ever (Kafka removes them after
@@ -445,7 +461,7 @@ func cleanBatch(b []byte, h *BatchHeader, ct int16, tx *txnTracker, cfg *Segment
 		// reopen or misread its transaction at the next start. They cost a
 		// batch header and one record each.
 		tx.onControl(h, ct)
-		return b, nil
+		return b, 0, nil
 	}
 	canDiscard = tx.onBatch(h)
 	horizon, hasHorizon := h.DeleteHorizon()
@@ -458,11 +474,11 @@ func cleanBatch(b []byte, h *BatchHeader, ct int16, tx *txnTracker, cfg *Segment
 	}
 	retainEmpty := h.ProducerID >= 0 && cfg.Retain[h.LastOffset()]
 	if discardRecords && !retainEmpty {
-		return nil, nil
+		return nil, 0, nil
 	}
 	recs, _, err := batchRecords(b, h)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	kept := recs[:0:0]
 	tombstones := false
@@ -480,15 +496,19 @@ func cleanBatch(b []byte, h *BatchHeader, ct int16, tx *txnTracker, cfg *Segment
 		}
 	}
 	needHorizon := !hasHorizon && (tombstones || (canDiscard && h.Control()))
-	if len(kept) == int(h.NumRecords) && !needHorizon {
-		return b, nil
-	}
-	if len(kept) == 0 && !retainEmpty {
-		return nil, nil
-	}
 	hz := int64(-1)
 	if needHorizon {
 		hz = cfg.NowMs + cfg.DeleteRetentionMs
 	}
-	return encodeCleanedBatch(b, h, kept, hz)
+	if tombstones && cfg.TxnFloor < 0 {
+		pending = max(hz, horizon, 1)
+	}
+	if len(kept) == int(h.NumRecords) && !needHorizon {
+		return b, pending, nil
+	}
+	if len(kept) == 0 && !retainEmpty {
+		return nil, 0, nil
+	}
+	nb, err := encodeCleanedBatch(b, h, kept, hz)
+	return nb, pending, err
 }

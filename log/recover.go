@@ -288,6 +288,7 @@ func (p *Partition) open() error {
 	}
 	p.cleaner.firstDirty.Store(ck.FirstDirty)
 	p.cleaner.cleanedBelow.Store(ck.CleanedBelow)
+	p.cleaner.horizon.Store(ck.NextHorizonMs)
 	st, err := readState(fsys, p.dir)
 	if err != nil {
 		return err

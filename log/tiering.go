@@ -21,6 +21,8 @@ type SegmentInfo struct {
 	// TxnIndexPath is the segment's aborted-transaction index ("" if it
 	// has none; its entries: Partition.SegmentAbortedTxns).
 	TxnIndexPath string
+	// Cleaned: written by the log cleaner (its offsets may have gaps).
+	Cleaned bool
 }
 
 // LocalStartOffset is the first offset held in local segments; below it (and
@@ -47,7 +49,7 @@ func (p *Partition) SealedSegments() []SegmentInfo {
 	for _, seg := range segs[:len(segs)-1] {
 		out = append(out, SegmentInfo{
 			Base: seg.base, Next: seg.next.Load(), Size: seg.size.Load(), MaxTimestamp: seg.maxTs.Load(),
-			LogPath: seg.logPath, IndexPath: seg.indexPath(), TimeIndexPath: seg.timeIndexPath(),
+			LogPath: seg.logPath, IndexPath: seg.indexPath(), TimeIndexPath: seg.timeIndexPath(), Cleaned: seg.cleaned.Load(),
 		})
 		if seg.txn.Load() != nil {
 			out[len(out)-1].TxnIndexPath = seg.txnIndexPath()

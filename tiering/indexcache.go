@@ -58,6 +58,12 @@ func (c *indexCache) remove(e *list.Element) {
 	c.used -= entryCost(ie.b)
 }
 
+func (c *indexCache) drop(key string) {
+	if e, ok := c.byKey[key]; ok {
+		c.remove(e)
+	}
+}
+
 func (c *indexCache) dropPrefix(prefix string) {
 	for k, e := range c.byKey {
 		if strings.HasPrefix(k, prefix) {

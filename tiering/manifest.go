@@ -21,6 +21,10 @@ type Manifest struct {
 	Version        int           `json:"version"`
 	LogStartOffset int64         `json:"log_start_offset"`
 	Segments       []SegmentMeta `json:"segments"`
+	// Gen is the last generation handed to a segment that replaced others
+	// (compaction, compact.go): its objects' keys carry it, so they never
+	// collide with the objects they replace.
+	Gen int64 `json:"gen,omitempty"`
 }
 
 // SegmentMeta describes one uploaded segment.
@@ -41,6 +45,12 @@ type SegmentMeta struct {
 	// it (manifests from before transactions have none).
 	TxnIndexBytes  int64  `json:"txn_index_bytes,omitempty"`
 	TxnIndexCRC32C uint32 `json:"txn_index_crc32c,omitempty"` // of the .txnindex object
+	// Gen is 0 for a segment uploaded as the log wrote it; a compacted
+	// segment that replaced others has the manifest's generation then,
+	// in its keys too (<base>-<gen>.log).
+	Gen int64 `json:"gen,omitempty"`
+	// Cleaned: written by compaction, so its offsets may have gaps.
+	Cleaned bool `json:"cleaned,omitempty"`
 }
 
 // Next is the offset after the last uploaded segment (the log start if none).
@@ -63,6 +73,19 @@ func (m *Manifest) Releasable(s log.SegmentInfo, logStart int64) bool {
 	return ok && m.Segments[i].Next == s.Next && m.Segments[i].Size == s.Size
 }
 
+// span finds the segments a compacted segment covering [base, next)
+// replaces: [i, j), the first starting at base, the last ending at or
+// before next, nothing straddling next. ok is false if the boundaries do
+// not line up.
+func (m *Manifest) span(base, next int64) (i, j int, ok bool) {
+	i, found := slices.BinarySearchFunc(m.Segments, base, func(sm SegmentMeta, b int64) int { return cmp.Compare(sm.Base, b) })
+	if !found {
+		return 0, 0, false
+	}
+	j, _ = slices.BinarySearchFunc(m.Segments, next, func(sm SegmentMeta, b int64) int { return cmp.Compare(sm.Base, b) })
+	return i, j, m.Segments[j-1].Next <= next
+}
+
 func (m *Manifest) clone() *Manifest {
 	c := *m
 	c.Segments = append([]SegmentMeta(nil), m.Segments...)
@@ -83,11 +106,14 @@ func decodeManifest(b []byte) (*Manifest, error) {
 		return nil, fmt.Errorf("tiering: manifest version %d", m.Version)
 	}
 	for i, sg := range m.Segments {
-		if sg.Base < 0 || sg.Next <= sg.Base || sg.Size <= 0 {
+		if sg.Base < 0 || sg.Next <= sg.Base || sg.Size < 0 || sg.Size == 0 && !sg.Cleaned {
 			return nil, fmt.Errorf("tiering: manifest segment %d: offsets [%d,%d), %d bytes", i, sg.Base, sg.Next, sg.Size)
 		}
 		if sg.TxnIndexBytes < 0 || sg.TxnIndexBytes%txnEntryBytes != 0 {
 			return nil, fmt.Errorf("tiering: manifest segment %d: txn index of %d bytes", i, sg.TxnIndexBytes)
+		}
+		if sg.Gen < 0 || sg.Gen > m.Gen {
+			return nil, fmt.Errorf("tiering: manifest segment %d: generation %d (manifest at %d)", i, sg.Gen, m.Gen)
 		}
 		if i > 0 && sg.Base != m.Segments[i-1].Next {
 			return nil, fmt.Errorf("tiering: manifest segments not contiguous at %d", sg.Base)

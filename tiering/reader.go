@@ -37,7 +37,7 @@ type object struct {
 }
 
 func segmentObject(pk PartitionKey, seg *SegmentMeta) object {
-	o := object{key: pk.segmentKey(seg.Base, ".log"), size: seg.Size}
+	o := object{key: pk.objectKey(seg, ".log"), size: seg.Size}
 	if seg.ChunkBytes == chunkSize && int64(len(seg.ChunkCRC32C)) == (seg.Size+chunkSize-1)/chunkSize {
 		o.sums = seg.ChunkCRC32C
 	}
@@ -156,6 +156,7 @@ func (t *Tier) read(ctx context.Context, pk PartitionKey, offset, maxBytes int64
 	// following segments while the budget lasts.
 	stop, bounded := ctx.Value(stableKey{}).(int64)
 	stopped := false
+	first := i
 	for ; i < len(m.Segments); i++ {
 		if bounded && m.Segments[i].Next > stop {
 			stopped = true
@@ -181,6 +182,12 @@ func (t *Tier) read(ctx context.Context, pk PartitionKey, offset, maxBytes int64
 		r.Release()
 		return nil, nil // nothing below the bound here
 	}
+	if r.Len == 0 && allCleaned(m.Segments[first:]) {
+		// Compaction left nothing from offset to the bucket's end: the
+		// log goes on at m.Next() (Len 0 says so).
+		r.Next = m.Next()
+		return r, nil
+	}
 	if r.Len == 0 {
 		// The manifest says the bucket holds offset, yet no segment from
 		// there on has a batch at or after it: an answer of nothing would
@@ -194,6 +201,15 @@ func (t *Tier) read(ctx context.Context, pk PartitionKey, offset, maxBytes int64
 		t.readAheadAcross(pk, m, min(i, len(m.Segments)-1), r)
 	}
 	return r, nil
+}
+
+func allCleaned(segs []SegmentMeta) bool {
+	for i := range segs {
+		if !segs[i].Cleaned {
+			return false
+		}
+	}
+	return true
 }
 
 // sequentialKey marks the context of a read that continues an earlier one
@@ -288,7 +304,7 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 	key := o.key
 	pos := int64(0)
 	if offset > seg.Base {
-		ikey := pk.segmentKey(seg.Base, ".index")
+		ikey := pk.objectKey(seg, ".index")
 		cached := func() bool { // a missing index is cached too (as nil)
 			t.mu.Lock()
 			defer t.mu.Unlock()
@@ -296,7 +312,7 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 			return ok
 		}
 		err := t.noWaitLoad(ctx, chunkID{ikey, -1}, cached, func(ctx context.Context) error {
-			if t.index(ctx, pk, seg.Base); !cached() {
+			if t.index(ctx, pk, seg); !cached() {
 				return errNoIndex // the bucket failed: the next read goes without it, once
 			}
 			return nil
@@ -306,7 +322,7 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 		case errors.As(err, &nr):
 			return false, err
 		case err == nil:
-			pos = log.IndexLookup(t.index(ctx, pk, seg.Base), seg.Base, offset)
+			pos = log.IndexLookup(t.index(ctx, pk, seg), seg.Base, offset)
 		}
 		// else its background load failed: scan from the segment's start.
 	}
@@ -317,6 +333,7 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 	// that none was skipped. If not, the index is dropped and the segment
 	// walked from its start.
 	suspect := pos > 0
+	walked := false // a batch below offset was passed: in a cleaned segment, offset may be in a gap
 	var hbuf [log.BatchHeaderSize]byte
 	for {
 		if pos >= seg.Size {
@@ -325,7 +342,7 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 			}
 			// Walked off the end from the index's position without
 			// reaching offset: the index is wrong.
-			t.badIndex(pk, seg.Base)
+			t.badIndex(pk, seg)
 			pos, suspect = 0, false
 			continue
 		}
@@ -335,7 +352,7 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 		}
 		if bad != nil {
 			if suspect {
-				t.badIndex(pk, seg.Base)
+				t.badIndex(pk, seg)
 				pos, suspect = 0, false
 				continue
 			}
@@ -344,6 +361,7 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 		}
 		if h.LastOffset() < offset {
 			pos += int64(h.Length)
+			walked = true
 			continue
 		}
 		if r.Len > 0 && r.Len+int64(h.Length) > maxBytes {
@@ -358,13 +376,13 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 			r.truncate(parts, n, last) // keep the whole batches read so far
 			return false, err
 		}
-		if (suspect || !verified) && (crc != h.CRC || suspect && h.BaseOffset > offset) {
+		if (suspect || !verified) && (crc != h.CRC || suspect && h.BaseOffset > offset && !(seg.Cleaned && walked)) {
 			r.truncate(parts, n, last)
 			// From a suspect position: a torn batch, or a later one (which
 			// would skip records). The index or the data: walking from the
 			// start tells.
 			if suspect {
-				t.badIndex(pk, seg.Base)
+				t.badIndex(pk, seg)
 				pos, suspect = 0, false
 				continue
 			}
@@ -510,15 +528,15 @@ var errShortHeader = errors.New("the segment ends short of a batch header")
 const maxRemoteIndex = 64 << 20
 
 // index returns the remote .index object of a segment (nil if missing).
-func (t *Tier) index(ctx context.Context, pk PartitionKey, base int64) []byte {
-	return t.indexObject(ctx, pk, base, ".index")
+func (t *Tier) index(ctx context.Context, pk PartitionKey, seg *SegmentMeta) []byte {
+	return t.indexObject(ctx, pk, seg, ".index")
 }
 
 // indexObject returns a segment's remote index object with extension ext
 // (.index or .timeindex) through the index cache; nil if missing or not
 // readable this time.
-func (t *Tier) indexObject(ctx context.Context, pk PartitionKey, base int64, ext string) []byte {
-	key := pk.segmentKey(base, ext)
+func (t *Tier) indexObject(ctx context.Context, pk PartitionKey, seg *SegmentMeta, ext string) []byte {
+	key := pk.objectKey(seg, ext)
 	t.mu.Lock()
 	b, ok := t.indexes.get(key)
 	t.mu.Unlock()
@@ -542,10 +560,10 @@ func (t *Tier) indexObject(ctx context.Context, pk PartitionKey, base int64, ext
 
 // badIndex forgets a segment's remote index for good (until it leaves the
 // index cache): reads walk the segment from its start instead.
-func (t *Tier) badIndex(pk PartitionKey, base int64) {
-	t.logger.Warn("remote index position is not where its offset is; scanning the segment instead", zap.String("key", pk.segmentKey(base, ".index")))
+func (t *Tier) badIndex(pk PartitionKey, seg *SegmentMeta) {
+	t.logger.Warn("remote index position is not where its offset is; scanning the segment instead", zap.String("key", pk.objectKey(seg, ".index")))
 	t.mu.Lock()
-	t.indexes.put(pk.segmentKey(base, ".index"), nil)
+	t.indexes.put(pk.objectKey(seg, ".index"), nil)
 	t.mu.Unlock()
 }
 
@@ -725,7 +743,7 @@ func (t *Tier) BatchForTimestamp(ctx context.Context, pk PartitionKey, ts int64)
 		}
 		o := segmentObject(pk, &seg)
 		key := o.key
-		pos := log.TimeIndexLookup(t.indexObject(ctx, pk, seg.Base, ".timeindex"), t.index(ctx, pk, seg.Base), seg.Base, ts)
+		pos := log.TimeIndexLookup(t.indexObject(ctx, pk, &seg, ".timeindex"), t.index(ctx, pk, &seg), seg.Base, ts)
 		// Derived data: a position from it is suspect until the batch
 		// served from there passes its CRC. A suspect position that leads
 		// nowhere (past the end, a bad header, a bad batch) sends the walk

@@ -36,6 +36,14 @@ func (k PartitionKey) segmentKey(base int64, ext string) string {
 	return fmt.Sprintf("%s/%020d%s", k.dir(), base, ext)
 }
 
+// objectKey is the key of a segment's object with extension ext.
+func (k PartitionKey) objectKey(s *SegmentMeta, ext string) string {
+	if s.Gen == 0 {
+		return k.segmentKey(s.Base, ext)
+	}
+	return fmt.Sprintf("%s/%020d-%d%s", k.dir(), s.Base, s.Gen, ext)
+}
+
 func (k PartitionKey) manifestKey() string { return k.dir() + "/manifest.json" }
 
 // Stats are the operator's figures (JSON in /status: snake_case, as every
@@ -252,7 +260,23 @@ func (t *Tier) Upload(ctx context.Context, pk PartitionKey, lp *log.Partition) (
 	}
 	n := 0
 	for _, seg := range lp.SealedSegments() {
-		if seg.Next <= m.Next() || seg.Size == 0 {
+		if seg.Size == 0 && !seg.Cleaned {
+			continue // an empty segment (a cleaned one may be empty and still covers offsets)
+		}
+		if seg.Cleaned && seg.Base < m.Next() && !m.Releasable(seg, lp.LogStartOffset()) {
+			// The local cleaner rewrote segments the bucket holds: the
+			// cleaned one replaces them there too (compact.go).
+			nm, err := t.replaceWithLocal(ctx, pk, lp, m, seg)
+			if err != nil {
+				return n, err
+			}
+			if nm != m {
+				m = nm
+				n++
+				continue
+			}
+		}
+		if seg.Next <= m.Next() {
 			continue
 		}
 		if len(m.Segments) > 0 && seg.Base != m.Next() {
@@ -274,7 +298,7 @@ func (t *Tier) Upload(ctx context.Context, pk PartitionKey, lp *log.Partition) (
 				return n, fmt.Errorf("tiering: %s: bucket's log ends at %d, below the log start %d, but was not emptied", pk.dir(), m.Next(), lp.LogStartOffset())
 			}
 		}
-		meta, err := t.uploadSegment(ctx, pk, lp, seg)
+		meta, err := t.uploadSegment(ctx, pk, lp, seg, 0)
 		if err != nil {
 			t.errs.Add(1)
 			return n, err
@@ -294,8 +318,9 @@ func (t *Tier) Upload(ctx context.Context, pk PartitionKey, lp *log.Partition) (
 	return n, nil
 }
 
-func (t *Tier) uploadSegment(ctx context.Context, pk PartitionKey, lp *log.Partition, seg log.SegmentInfo) (SegmentMeta, error) {
-	meta := SegmentMeta{Base: seg.Base, Next: seg.Next, Size: seg.Size, MaxTimestamp: seg.MaxTimestamp}
+// uploadSegment uploads a local sealed segment as generation gen.
+func (t *Tier) uploadSegment(ctx context.Context, pk PartitionKey, lp *log.Partition, seg log.SegmentInfo, gen int64) (SegmentMeta, error) {
+	meta := SegmentMeta{Base: seg.Base, Next: seg.Next, Size: seg.Size, MaxTimestamp: seg.MaxTimestamp, Gen: gen, Cleaned: seg.Cleaned}
 	for _, f := range []struct {
 		path, ext string
 		main      bool
@@ -315,47 +340,56 @@ func (t *Tier) uploadSegment(ctx context.Context, pk PartitionKey, lp *log.Parti
 			file.Close()
 			return meta, err
 		}
-		key := pk.segmentKey(seg.Base, f.ext)
+		key := pk.objectKey(&meta, f.ext)
 		if f.main {
-			// The checksum in a pass of its own (a sealed segment never
-			// changes), so the upload body stays seekable and a transient
-			// failure is retried in this pass.
-			// The same pass sums each chunk, for cold reads to verify
-			// every download.
-			h := crc32.New(castagnoli)
-			meta.ChunkBytes = chunkSize
-			for off := int64(0); off < size; off += chunkSize {
-				ch := crc32.New(castagnoli)
-				if _, err := io.Copy(io.MultiWriter(h, ch), io.NewSectionReader(file, off, min(chunkSize, size-off))); err != nil {
-					file.Close()
-					return meta, fmt.Errorf("tiering: checksum %s: %w", f.path, err)
-				}
-				meta.ChunkCRC32C = append(meta.ChunkCRC32C, ch.Sum32())
-			}
-			meta.CRC32C = h.Sum32()
-			// A local-directory store on the same file system takes the
-			// sealed file by a hard link instead of a copy.
-			if l, ok := t.store.(FileLinker); ok && l.LinkFile(ctx, key, f.path, size) == nil {
-				file.Close()
+			err = t.putLog(ctx, key, file, f.path, size, &meta)
+		} else {
+			if err = t.store.Put(ctx, key, io.NewSectionReader(file, 0, size), size); err == nil {
 				t.uploadedBytes.Add(size)
-				continue
+			} else {
+				err = fmt.Errorf("tiering: upload %s: %w", key, err)
 			}
 		}
-		var body io.Reader = io.NewSectionReader(file, 0, size)
-		if f.main {
-			body = &crc32cBody{body.(*io.SectionReader), meta.CRC32C}
-		}
-		err = t.store.Put(ctx, key, body, size)
 		file.Close()
 		if err != nil {
-			return meta, fmt.Errorf("tiering: upload %s%s: %w", pk.segmentKey(seg.Base, ""), f.ext, err)
+			return meta, err
 		}
-		t.uploadedBytes.Add(size)
 	}
 	if err := t.uploadTxnIndex(ctx, pk, lp, seg, &meta); err != nil {
 		return meta, err
 	}
 	return meta, nil
+}
+
+// putLog uploads a segment's .log (size bytes of r, the file at path) as
+// key, setting meta's whole-object and per-chunk CRC-32Cs.
+func (t *Tier) putLog(ctx context.Context, key string, r io.ReaderAt, path string, size int64, meta *SegmentMeta) error {
+	// The checksum in a pass of its own (a sealed segment never changes),
+	// so the upload body stays seekable and a transient failure is
+	// retried in this pass. The same pass sums each chunk, for cold reads
+	// to verify every download.
+	h := crc32.New(castagnoli)
+	meta.ChunkBytes = chunkSize
+	meta.ChunkCRC32C = meta.ChunkCRC32C[:0]
+	for off := int64(0); off < size; off += chunkSize {
+		ch := crc32.New(castagnoli)
+		if _, err := io.Copy(io.MultiWriter(h, ch), io.NewSectionReader(r, off, min(chunkSize, size-off))); err != nil {
+			return fmt.Errorf("tiering: checksum %s: %w", path, err)
+		}
+		meta.ChunkCRC32C = append(meta.ChunkCRC32C, ch.Sum32())
+	}
+	meta.CRC32C = h.Sum32()
+	// A local-directory store on the same file system takes the sealed
+	// file by a hard link instead of a copy.
+	if l, ok := t.store.(FileLinker); ok && l.LinkFile(ctx, key, path, size) == nil {
+		t.uploadedBytes.Add(size)
+		return nil
+	}
+	if err := t.store.Put(ctx, key, &crc32cBody{io.NewSectionReader(r, 0, size), meta.CRC32C}, size); err != nil {
+		return fmt.Errorf("tiering: upload %s: %w", key, err)
+	}
+	t.uploadedBytes.Add(size)
+	return nil
 }
 
 // crc32cBody is an upload body whose CRC-32C is already known (the
@@ -473,21 +507,35 @@ func (t *Tier) ApplyRetention(ctx context.Context, pk PartitionKey, lp *log.Part
 			return err
 		}
 	}
-	for _, s := range gone {
+	t.deleteSegments(ctx, pk, gone)
+	return nil
+}
+
+// deleteSegments deletes the objects of segments a manifest commit no
+// longer names (best effort: CleanOrphans takes what a failure leaves).
+func (t *Tier) deleteSegments(ctx context.Context, pk PartitionKey, gone []SegmentMeta) {
+	for i := range gone {
+		s := &gone[i]
 		exts := []string{".log", ".index", ".timeindex", txnIndexExt}
 		if s.TxnIndexBytes == 0 {
 			exts = exts[:3] // none uploaded: no request for it (CleanOrphans takes a stray one)
 		}
 		for _, ext := range exts {
-			if err := t.store.Delete(ctx, pk.segmentKey(s.Base, ext)); err != nil {
+			key := pk.objectKey(s, ext)
+			if err := t.store.Delete(ctx, key); err != nil {
 				t.errs.Add(1)
 				// Every object of every partition while the bucket
 				// refuses deletes: counted per minute.
-				t.repeat.Warn("delete expired object", zap.String("key", pk.segmentKey(s.Base, ext)), zap.Error(err))
+				t.repeat.Warn("delete object no manifest names", zap.String("key", key), zap.Error(err))
 			}
 		}
+		t.cache.dropKey(pk.objectKey(s, ".log"))
+		t.mu.Lock()
+		for _, ext := range []string{".index", ".timeindex", txnIndexExt} {
+			t.indexes.drop(pk.objectKey(s, ext))
+		}
+		t.mu.Unlock()
 	}
-	return nil
 }
 
 // Forget drops cached state of a deleted partition and deletes its objects.
@@ -550,7 +598,7 @@ func (t *Tier) CleanOrphans(ctx context.Context, pk PartitionKey) (int, error) {
 	named := map[string]bool{pk.manifestKey(): true}
 	for _, s := range m.Segments {
 		for _, ext := range []string{".log", ".index", ".timeindex", txnIndexExt} {
-			named[pk.segmentKey(s.Base, ext)] = true
+			named[pk.objectKey(&s, ext)] = true
 		}
 	}
 	n := 0

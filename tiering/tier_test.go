@@ -871,7 +871,7 @@ func TestDemandedChunkGoesFirstUnderTheRate(t *testing.T) {
 	if len(m.Segments) < 8 {
 		t.Fatalf("%d segments", len(m.Segments))
 	}
-	tier.index(ctx, pk, m.Segments[7].Base) // not part of what is timed
+	tier.index(ctx, pk, &m.Segments[7]) // not part of what is timed
 	// 5 read-aheads and then the demanded chunk, 1 MiB each: 24 steps of
 	// 256 KiB at 4 MiB/s. Demanded first: it is done after about 9 (one
 	// more per read-ahead, then its own 4); in turn with them, after 24.

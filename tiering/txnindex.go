@@ -37,7 +37,7 @@ func (t *Tier) uploadTxnIndex(ctx context.Context, pk PartitionKey, lp *log.Part
 		return err
 	}
 	b := log.EncodeAbortedTxns(nil, es)
-	key := pk.segmentKey(seg.Base, txnIndexExt)
+	key := pk.objectKey(meta, txnIndexExt)
 	if int64(len(b)) > maxWholeObject {
 		return fmt.Errorf("tiering: %s would be %d bytes, over the %d a whole-object read takes: %w", key, len(b), maxWholeObject, ErrTooLarge)
 	}
@@ -200,7 +200,7 @@ func (t *Tier) abortedTxns(ctx context.Context, pk PartitionKey, dst []log.Abort
 // index cache or the bucket (under a no-wait context: a *NotReadyError and
 // a background download instead).
 func (t *Tier) txnIndex(ctx context.Context, pk PartitionKey, s *SegmentMeta) ([]byte, error) {
-	key := pk.segmentKey(s.Base, txnIndexExt)
+	key := pk.objectKey(s, txnIndexExt)
 	if b, ok := t.cachedTxnIndex(key, s); ok {
 		return b, nil
 	}
