@@ -270,6 +270,9 @@ func (s *Server) fetchOnce(c *conn, req *kmsg.FetchRequest) (*fetchResponse, int
 					} else {
 						res, err = p.log.ReadAtMostStable(next, budget, stop)
 					}
+					if errors.Is(err, log.ErrNotLocal) {
+						res, err = nil, nil // released meanwhile: empty now, the next fetch reads it cold
+					}
 				} else if err == nil {
 					tails[len(tails)-1] = nil
 					if wait != nil {

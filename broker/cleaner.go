@@ -188,6 +188,8 @@ func (s *Server) cleanOne(c cleanCandidate, km *log.KeyMap, limiter *rate.Limite
 	// holds are cleaned here and uploaded again by the next tiering pass.
 	c.p.tierMu.Lock()
 	defer c.p.tierMu.Unlock()
+	s.cleanerUploads.RLock() // the orphan sweep aborts no upload of ours meanwhile
+	defer s.cleanerUploads.RUnlock()
 	var bucket tiering.BucketCleanResult
 	if t := s.cfg.Tier; t != nil {
 		cfg.Below = func(ctx context.Context, km *log.KeyMap, end int64, retain map[int64]bool) (log.CleanStats, error) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/synapsebroker/synapse/tiering"
@@ -150,5 +151,86 @@ func TestCleanerCompactsTheBucket(t *testing.T) {
 	p = ts2.reg.partition(ts2.reg.get("bucket-changelog"), 0)
 	if ok, why := check(ts2.addr, cleanedEnd); !ok {
 		t.Fatalf("restored from the bucket: %s", why)
+	}
+}
+
+// When compaction empties every segment the bucket holds (each key's
+// latest record is in the local log), a consumer from offset 0 still
+// reaches the end: the fetch goes on in the local log where the bucket's
+// empty segments end.
+func TestCleanerEmptiesTheBucket(t *testing.T) {
+	ts := startServerConfig(t, Config{Tier: tiering.New(tiering.NewMemStore(), nil, 8<<20), MaintenanceInterval: 30 * time.Millisecond,
+		CleanerBackoff: 20 * time.Millisecond})
+	cl, adm := client(t, ts.addr, kgo.DefaultProduceTopic("emptied"), kgo.ProducerLinger(0))
+	ctx := ctxT(t)
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": kstr("compact"), "segment.bytes": kstr("4096"),
+		"min.cleanable.dirty.ratio": kstr("0.01"), "local.retention.bytes": kstr("0")}, "emptied"); err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	produce := func(round int) {
+		for k := 0; k < 40; k++ {
+			res := cl.ProduceSync(ctx, &kgo.Record{Key: []byte(fmt.Sprintf("k%02d", k)), Value: []byte(fmt.Sprintf("v%d", round))})
+			if err := res.FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			last = res[0].Record.Offset
+		}
+	}
+	for round := 0; round < 10; round++ {
+		produce(round)
+	}
+	p := ts.reg.partition(ts.reg.get("emptied"), 0)
+	for deadline := time.Now().Add(15 * time.Second); p.log.LocalStartOffset() < 200; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing released: local start %d", p.log.LocalStartOffset())
+		}
+	}
+	// The last round and records of other keys after it stay local.
+	if rs, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "local.retention.bytes", Value: kstr("-1")}}, "emptied"); err != nil || rs[0].Err != nil {
+		t.Fatal(err, rs)
+	}
+	produce(10)
+	for i := 0; i < 60; i++ {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte(fmt.Sprintf("other%02d", i)), Value: []byte("x")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var below int64
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		m, err := ts.cfg.Tier.Manifest(ctx, p.tierKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		below = p.log.LocalStartOffset()
+		var n, bytes int64
+		for _, s := range m.Segments {
+			if s.Next <= below {
+				n++
+				bytes += s.Size
+			}
+		}
+		if n > 0 && bytes == 0 && p.log.FirstDirtyOffset() > last {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the bucket never emptied: %+v, local start %d", m, below)
+		}
+	}
+	got := consumeAll(t, ts.addr, "emptied", 100)
+	lastVal := map[string]string{}
+	for _, r := range got {
+		if r.Offset < below {
+			t.Fatalf("offset %d (%s) read, below the local start %d: the bucket's part is empty", r.Offset, r.Key, below)
+		}
+		lastVal[string(r.Key)] = string(r.Value)
+	}
+	for k := 0; k < 40; k++ {
+		// (A cold read may go on into a bucket copy the local log has
+		// cleaned since: older values may show, the latest is last.)
+		if v := lastVal[fmt.Sprintf("k%02d", k)]; v != "v10" {
+			t.Fatalf("k%02d: latest read %q", k, v)
+		}
+
 	}
 }

@@ -69,9 +69,12 @@ type Server struct {
 	budgetMu  sync.Mutex   // one checkDiskBudget at a time
 	pipelined atomic.Int64 // produce requests appended while an earlier one awaited fsync
 	maintDone chan struct{}
-	cleaner   cleanerStats  // the log cleaner's counters (cleaner.go)
-	tierKick  chan struct{} // a segment was sealed: tier now, not at the next tick
-	closeOnce sync.Once
+	cleaner   cleanerStats // the log cleaner's counters (cleaner.go)
+	// cleanerUploads: read-held by a clean (which may upload to the
+	// bucket), taken by the orphan sweep around AbortUploads.
+	cleanerUploads sync.RWMutex
+	tierKick       chan struct{} // a segment was sealed: tier now, not at the next tick
+	closeOnce      sync.Once
 
 	beforeHandle atomic.Pointer[func(*protocol.Request)] // tests: runs before every handler
 }

@@ -299,10 +299,12 @@ func (s *Server) coldRead(p *partition, offset, maxBytes, stop int64) (*tiering.
 		s.logger.Debug("cold read failed", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
 		return nil, nil, fmt.Errorf("%w: tiered store: %v", log.ErrStorage, err)
 	}
-	if r != nil && r.Len == 0 {
+	if r != nil && r.Len == 0 && r.Next <= offset {
 		r.Release()
 		r = nil
 	}
+	// Len 0 with Next past offset: compaction emptied the bucket's
+	// segments from offset on; the fetch goes on in the local log at Next.
 	return r, wait, nil
 }
 
@@ -668,13 +670,18 @@ func (s *Server) cleanOrphans() {
 	s.forgetPending() // deleted topics' objects a delete left behind
 	// Incomplete multipart uploads an interrupted upload left (stored and
 	// billed, but in no listing of objects): none of ours runs now.
-	ctx, cancel := context.WithTimeout(s.ctx, tierOpTimeout)
-	if n, err := s.cfg.Tier.AbortUploads(ctx); err != nil {
-		s.logger.Warn("abort incomplete uploads (retried at the next sweep)", zap.Error(err))
-	} else if n > 0 {
-		s.logger.Info("aborted incomplete uploads", zap.Int("uploads", n))
+	// A bucket clean uploads outside the tiering passes: not while one runs
+	// (the next sweep aborts what is left).
+	if s.cleanerUploads.TryLock() {
+		ctx, cancel := context.WithTimeout(s.ctx, tierOpTimeout)
+		if n, err := s.cfg.Tier.AbortUploads(ctx); err != nil {
+			s.logger.Warn("abort incomplete uploads (retried at the next sweep)", zap.Error(err))
+		} else if n > 0 {
+			s.logger.Info("aborted incomplete uploads", zap.Int("uploads", n))
+		}
+		cancel()
+		s.cleanerUploads.Unlock()
 	}
-	cancel()
 	// A few partitions at once, as uploads; the first store error ends the
 	// sweep (the bucket is away or refusing: the next sweep tries again).
 	sem := make(chan struct{}, tierParallelism)
@@ -689,6 +696,10 @@ func (s *Server) cleanOrphans() {
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
+				if !p.tierMu.TryLock() {
+					return // the cleaner is writing objects its manifest will name: the next sweep
+				}
+				defer p.tierMu.Unlock()
 				ctx, cancel := context.WithTimeout(s.ctx, tierOpTimeout)
 				n, err := s.cfg.Tier.CleanOrphans(ctx, p.tierKey())
 				cancel()

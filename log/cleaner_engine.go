@@ -481,13 +481,19 @@ func cleanBatch(b []byte, h *BatchHeader, ct int16, tx *txnTracker, cfg *Segment
 		return nil, 0, err
 	}
 	kept := recs[:0:0]
-	tombstones := false
+	tombstones, mapped := false, false
 	if !discardRecords {
 		for _, r := range recs {
 			keep := true
 			if !h.Control() {
 				off := h.BaseOffset + r.offDelta
 				keep = r.key != nil && (cfg.Map == nil || off >= cfg.Map.Get(r.key)) && (r.hasValue || !horizonPassed)
+				// A tombstone gets its horizon only from a clean that
+				// mapped it: that clean removed every older value of its
+				// key, wherever the log holds them. One that skipped the
+				// key map (released before it was mapped) keeps no horizon
+				// and stays.
+				mapped = mapped || keep && !r.hasValue && cfg.Map != nil && cfg.Map.Get(r.key) == off
 			}
 			if keep {
 				kept = append(kept, r)
@@ -495,12 +501,12 @@ func cleanBatch(b []byte, h *BatchHeader, ct int16, tx *txnTracker, cfg *Segment
 			}
 		}
 	}
-	needHorizon := !hasHorizon && (tombstones || (canDiscard && h.Control()))
+	needHorizon := !hasHorizon && (mapped || (canDiscard && h.Control()))
 	hz := int64(-1)
 	if needHorizon {
 		hz = cfg.NowMs + cfg.DeleteRetentionMs
 	}
-	if tombstones && cfg.TxnFloor < 0 {
+	if tombstones && cfg.TxnFloor < 0 && (hasHorizon || needHorizon) {
 		pending = max(hz, horizon, 1)
 	}
 	if len(kept) == int(h.NumRecords) && !needHorizon {

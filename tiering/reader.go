@@ -337,8 +337,8 @@ func (t *Tier) readSegment(ctx context.Context, pk PartitionKey, seg *SegmentMet
 	var hbuf [log.BatchHeaderSize]byte
 	for {
 		if pos >= seg.Size {
-			if !suspect {
-				break
+			if !suspect || seg.Cleaned && walked {
+				break // (in a cleaned segment offset may be in a trailing gap)
 			}
 			// Walked off the end from the index's position without
 			// reaching offset: the index is wrong.
