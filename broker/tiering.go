@@ -58,6 +58,10 @@ func (s *Server) tierSigOf(p *partition, now time.Time) tierSig {
 		segments: p.log.SegmentCount(), firstDirty: p.log.FirstDirtyOffset(), configs: s.reg.configGenOf(p.topic), at: now}
 }
 
+// compactHoldBytes bounds the dirty bytes of a compacted partition kept
+// on local disk for the cleaner to map before they may be released.
+const compactHoldBytes = 1 << 30
+
 // tierIdleRecheck bounds how long an unchanged partition goes without its
 // tiering work (time alone can make a segment due for retention): a
 // quarter of its shortest time-based retention, at most a minute (Kafka
@@ -132,10 +136,13 @@ func (s *Server) tierPartitionWork(p *partition, now time.Time) (idle bool) {
 	if s.cfg.CleanerBackoff > 0 && compacted(set) {
 		// A compacted topic's dirty segments stay until the cleaner has
 		// mapped their keys: a key first seen in the bucket only would
-		// keep its older values there. (The disk budget still releases
-		// them when it must: compaction is then less thorough, nothing is
-		// lost.)
-		stable = min(stable, p.log.FirstDirtyOffset())
+		// keep its older values there. Not past compactHoldBytes of them
+		// (the dirty ratio counts the bucket, so a large bucket could
+		// hold most of its size on disk), nor when the disk budget must
+		// release them: compaction is then less thorough, nothing is lost.
+		if _, dirty, _ := p.log.CleanableDirtyRatio(); dirty < compactHoldBytes {
+			stable = min(stable, p.log.FirstDirtyOffset())
+		}
 	}
 	if released, err := t.ReleaseLocalBelow(ctx, pk, p.log, keepBytes, keepMs, now, stable, p.beforeRelease); err != nil {
 		warn("release local segments", err)
