@@ -44,6 +44,12 @@ var ErrBucketCleanRaced = errors.New("tiering: manifest changed during a bucket 
 // segments (then nothing changes and its local copy stays).
 func (t *Tier) replaceWithLocal(ctx context.Context, pk PartitionKey, lp *log.Partition, m *Manifest, seg log.SegmentInfo) (*Manifest, error) {
 	i, j, ok := m.span(seg.Base, seg.Next)
+	if !ok && len(m.Segments) > 0 && seg.Base < m.Segments[0].Base && seg.Next > m.Segments[0].Base {
+		// Retention dropped the bucket's first segments since the clean
+		// merged them: the cleaned one replaces from the first.
+		_, j, ok = m.span(m.Segments[0].Base, seg.Next)
+		i = 0
+	}
 	if !ok {
 		t.repeat.Warn("cleaned local segment does not line up with the bucket's segments: kept local only",
 			zap.String("partition", pk.dir()), zap.Int64("base_offset", seg.Base), zap.Int64("next_offset", seg.Next))

@@ -312,3 +312,59 @@ func TestCleanBucketToNothing(t *testing.T) {
 		t.Fatalf("read of a bucket compacted to nothing: %d bytes, next %d (local start %d), %v", len(b), next, f.below, err)
 	}
 }
+
+// A local clean merges segments the bucket holds; before the next upload,
+// DeleteRecords and retention drop the first of them from the manifest.
+// The upload still swaps the cleaned segment in (from the manifest's
+// first segment on), so its local copy can be released.
+func TestUploadReplacesAfterRetentionDroppedTheHead(t *testing.T) {
+	ctx := context.Background()
+	ls := log.OpenStore(log.Options{Logger: zaptest.NewLogger(t)})
+	t.Cleanup(func() { ls.Close() })
+	lp, err := ls.OpenPartition(filepath.Join(t.TempDir(), "t-0"), log.Config{SegmentBytes: 1500, IndexIntervalBytes: 200, RetentionMs: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 120; i++ {
+		res, err := lp.Append(keyedBatch(fmt.Sprintf("k%02d", i%5), []byte(fmt.Sprintf("v%d", i)), int64(1000+i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lp.WaitDurable(res.LastOffset + 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tier := New(NewMemStore(), nil, 1<<20)
+	pk := PartitionKey{Topic: "t", Partition: 0}
+	if _, err := tier.Upload(ctx, pk, lp); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := tier.Manifest(ctx, pk)
+	if len(before.Segments) < 3 {
+		t.Fatalf("%d segments uploaded", len(before.Segments))
+	}
+	if _, err := lp.Clean(ctx, log.CleanConfig{DeleteRetention: -1}); err != nil {
+		t.Fatal(err)
+	}
+	local := lp.SealedSegments()
+	if !local[0].Cleaned || local[0].Next <= before.Segments[1].Base {
+		t.Fatalf("the clean did not merge the first segments: %+v", local[0])
+	}
+	d := before.Segments[1].Base + 1 // inside the second uploaded segment
+	if _, err := lp.DeleteRecordsBefore(d); err != nil {
+		t.Fatal(err)
+	}
+	if err := tier.ApplyRetention(ctx, pk, lp, -1, -1, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := tier.Manifest(ctx, pk); m.Segments[0].Base == local[0].Base {
+		t.Fatalf("retention kept the head: %+v", m.Segments[0])
+	}
+	if _, err := tier.Upload(ctx, pk, lp); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := tier.Manifest(ctx, pk)
+	if !m.Releasable(lp.SealedSegments()[0], lp.LogStartOffset()) {
+		t.Fatalf("cleaned local segment %+v not swapped in: %+v", lp.SealedSegments()[0], m.Segments)
+	}
+}
