@@ -305,7 +305,7 @@ func (p *Partition) Clean(ctx context.Context, cfg CleanConfig) (CleanResult, er
 	}
 	if cfg.Below != nil {
 		st, err := cfg.Below(ctx, km, end, retain)
-		res.Stats.add(st)
+		res.Stats.Add(st)
 		if err != nil {
 			return res, err
 		}
@@ -338,7 +338,7 @@ func (p *Partition) Clean(ctx context.Context, cfg CleanConfig) (CleanResult, er
 		tx: newTxnTracker(aborted, cands[0].base, floor)}
 	for i := 0; i < len(cands); {
 		n, st, swapped, err := p.cleanGroup(ctx, cands[i:], spec, cfg.SegmentBytes)
-		res.Stats.add(st)
+		res.Stats.Add(st)
 		res.SegmentsIn += n
 		if err != nil {
 			return res, err

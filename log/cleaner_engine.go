@@ -61,7 +61,8 @@ type CleanStats struct {
 	NextHorizonMs int64
 }
 
-func (s *CleanStats) add(o CleanStats) {
+// Add adds o's counts to s (and keeps the earlier horizon).
+func (s *CleanStats) Add(o CleanStats) {
 	s.BytesRead += o.BytesRead
 	s.BytesWritten += o.BytesWritten
 	s.BatchesIn += o.BatchesIn

@@ -61,8 +61,15 @@ func (t *Tier) replaceWithLocal(ctx context.Context, pk PartitionKey, lp *log.Pa
 		t.errs.Add(1)
 		return m, err
 	}
+	return t.swapIn(ctx, pk, m, i, j, meta)
+}
+
+// swapIn commits m with its segments [i, j) replaced by meta (uploaded as
+// generation meta.Gen), then deletes the replaced segments' objects. On a
+// failed commit it returns m.
+func (t *Tier) swapIn(ctx context.Context, pk PartitionKey, m *Manifest, i, j int, meta SegmentMeta) (*Manifest, error) {
 	nm := m.clone()
-	nm.Gen = gen
+	nm.Gen = meta.Gen
 	nm.Segments = slices.Concat(nm.Segments[:i], []SegmentMeta{meta}, nm.Segments[j:])
 	if err := t.commit(ctx, pk, nm); err != nil {
 		return m, err
@@ -145,10 +152,7 @@ func (t *Tier) CleanBucket(ctx context.Context, pk PartitionKey, lp *log.Partiti
 		}
 		i += len(g)
 		swapped, st, err := t.cleanBucketGroup(ctx, pk, g, spec, cfg.TempDir)
-		res.Stats.BytesRead += st.BytesRead
-		res.Stats.BytesWritten += st.BytesWritten
-		res.Stats.RecordsIn += st.RecordsIn
-		res.Stats.RecordsOut += st.RecordsOut
+		res.Stats.Add(st)
 		res.SegmentsIn += len(g)
 		if err != nil {
 			return res, err
@@ -224,14 +228,9 @@ func (t *Tier) cleanBucketGroup(ctx context.Context, pk PartitionKey, g []Segmen
 		t.errs.Add(1)
 		return false, out.Stats, err
 	}
-	nm := m.clone()
-	nm.Gen = meta.Gen
-	nm.Segments = slices.Concat(nm.Segments[:i], []SegmentMeta{meta}, nm.Segments[j:])
-	if err := t.commit(ctx, pk, nm); err != nil {
+	if _, err := t.swapIn(ctx, pk, m, i, j, meta); err != nil {
 		return false, out.Stats, err
 	}
-	t.uploadedSegments.Add(1)
-	t.deleteSegments(ctx, pk, m.Segments[i:j])
 	t.logger.Info("cleaned bucket segments", zap.String("partition", pk.dir()), zap.Int64("base_offset", out.Base),
 		zap.Int64("next_offset", out.Next), zap.Int("segments", len(g)), zap.Int64("bytes_in", out.Stats.BytesRead), zap.Int64("bytes_out", out.Size))
 	return true, out.Stats, nil
