@@ -3,10 +3,8 @@ package tiering
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"path/filepath"
 	"sync"
@@ -20,28 +18,7 @@ import (
 
 // keyedBatch is a v2 batch of one record with a key.
 func keyedBatch(key string, value []byte, ts int64) []byte {
-	var rec []byte
-	rec = append(rec, 0)
-	rec = binary.AppendVarint(rec, 0)
-	rec = binary.AppendVarint(rec, 0)
-	rec = binary.AppendVarint(rec, int64(len(key)))
-	rec = append(rec, key...)
-	rec = binary.AppendVarint(rec, int64(len(value)))
-	rec = append(rec, value...)
-	rec = binary.AppendUvarint(rec, 0)
-	recs := binary.AppendVarint(nil, int64(len(rec)))
-	recs = append(recs, rec...)
-	b := make([]byte, 61, 61+len(recs))
-	be := binary.BigEndian
-	be.PutUint32(b[8:], uint32(49+len(recs)))
-	b[16] = 2
-	be.PutUint64(b[27:], uint64(ts))
-	be.PutUint64(b[35:], uint64(ts))
-	be.PutUint64(b[43:], ^uint64(0))
-	be.PutUint32(b[57:], 1)
-	b = append(b, recs...)
-	be.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
-	return b
+	return recordBatch([]byte(key), value, ts)
 }
 
 // crashStore is a store that dies at its n-th write: that write and every

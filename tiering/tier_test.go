@@ -24,13 +24,23 @@ import (
 
 // batch returns a valid v2 batch of one record with a value of n bytes.
 func batch(n int, ts int64, fill byte) []byte {
+	return recordBatch(nil, bytes.Repeat([]byte{fill}, n), ts)
+}
+
+// recordBatch is a valid v2 batch of one record (key nil: a null key).
+func recordBatch(key, value []byte, ts int64) []byte {
 	var rec []byte
-	rec = append(rec, 0)                     // attributes
-	rec = binary.AppendVarint(rec, 0)        // ts delta
-	rec = binary.AppendVarint(rec, 0)        // offset delta
-	rec = binary.AppendVarint(rec, -1)       // null key
-	rec = binary.AppendVarint(rec, int64(n)) // value
-	rec = append(rec, bytes.Repeat([]byte{fill}, n)...)
+	rec = append(rec, 0)              // attributes
+	rec = binary.AppendVarint(rec, 0) // ts delta
+	rec = binary.AppendVarint(rec, 0) // offset delta
+	if key == nil {
+		rec = binary.AppendVarint(rec, -1)
+	} else {
+		rec = binary.AppendVarint(rec, int64(len(key)))
+		rec = append(rec, key...)
+	}
+	rec = binary.AppendVarint(rec, int64(len(value)))
+	rec = append(rec, value...)
 	rec = binary.AppendUvarint(rec, 0) // headers
 	recs := binary.AppendVarint(nil, int64(len(rec)))
 	recs = append(recs, rec...)
