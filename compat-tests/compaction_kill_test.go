@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	mrand "math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -26,17 +24,7 @@ import (
 // Every record read must be one that was sent, at an offset never read
 // with another value.
 func TestCompactionKill9DuringCleaning(t *testing.T) {
-	if compatTarget() != targetSynapse {
-		t.Skip("synapse only: kfake does not compact and cannot be SIGKILLed")
-	}
-	bin := os.Getenv("SYNAPSE_BIN")
-	if bin == "" {
-		skipUnlessRequired(t, "SYNAPSE_BIN is not set: build the broker (make build)")
-	}
-	abs, err := filepath.Abs(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	abs := compactingSynapse(t)
 	t.Setenv("SYNAPSE_MAINTENANCE_INTERVAL", "50ms")
 	for _, mode := range []struct {
 		name string
@@ -125,43 +113,22 @@ func checkCompactedAcked(t *testing.T, addr, topic string, sent map[string]bool,
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	adm, err := kgo.NewClient(kgo.SeedBrokers(addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ends, err := kadm.NewClient(adm).ListEndOffsets(ctx, topic)
-	adm.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	end, _ := ends.Lookup(topic, 0)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	last := map[string]int64{}
-	for off := int64(-1); off < end.Offset-1; {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("read up to %d of %d", off, end.Offset)
+	off := int64(-1)
+	readToEnd(t, ctx, addr, topic, func(r *kgo.Record) {
+		if r.Offset <= off {
+			t.Fatalf("offset %d after %d", r.Offset, off)
 		}
-		fs.EachError(func(_ string, _ int32, err error) { t.Fatalf("fetch: %v", err) })
-		fs.EachRecord(func(r *kgo.Record) {
-			if r.Offset <= off {
-				t.Fatalf("offset %d after %d", r.Offset, off)
-			}
-			off = r.Offset
-			k, v := string(r.Key), string(r.Value)
-			if !sent[k+"/"+v] {
-				t.Fatalf("offset %d: %s=%s was never sent", r.Offset, k, v)
-			}
-			if a, ok := ackedVal[r.Offset]; ok && a != (sentRec{k, v}) {
-				t.Fatalf("offset %d: read %s=%s, acknowledged %s=%s", r.Offset, k, v, a.key, a.val)
-			}
-			last[k] = r.Offset
-		})
-	}
+		off = r.Offset
+		k, v := string(r.Key), string(r.Value)
+		if !sent[k+"/"+v] {
+			t.Fatalf("offset %d: %s=%s was never sent", r.Offset, k, v)
+		}
+		if a, ok := ackedVal[r.Offset]; ok && a != (sentRec{k, v}) {
+			t.Fatalf("offset %d: read %s=%s, acknowledged %s=%s", r.Offset, k, v, a.key, a.val)
+		}
+		last[k] = r.Offset
+	})
 	for k, off := range acked {
 		if l, ok := last[k]; !ok || l < off {
 			t.Fatalf("key %s: latest acknowledged at offset %d, latest read at %d (present %v)", k, off, l, ok)

@@ -129,7 +129,10 @@ func TestCompactionClients(t *testing.T) {
 }
 
 // newCompactedTopic starts the broker and creates the topic.
-func newCompactedTopic(t *testing.T) *compactedTopic {
+// compactingSynapse is the broker binary for the compaction tests, which
+// only Synapse can run (kfake does not compact): its absolute path, or a
+// skip.
+func compactingSynapse(t *testing.T) string {
 	t.Helper()
 	if compatTarget() != targetSynapse {
 		t.Skip("synapse only: kfake does not compact")
@@ -142,6 +145,12 @@ func newCompactedTopic(t *testing.T) *compactedTopic {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return abs
+}
+
+func newCompactedTopic(t *testing.T) *compactedTopic {
+	t.Helper()
+	abs := compactingSynapse(t)
 	b := startSynapseWith(t, abs, func(b *synapseBroker) {
 		b.extraArgs = append(b.extraArgs, "--tier", "none", "--cleaner-backoff", "100ms")
 	})

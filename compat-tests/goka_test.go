@@ -3,8 +3,6 @@ package compattests
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -60,17 +58,7 @@ func (s *countingStorage) MarkRecovered() error {
 }
 
 func TestGokaGroupTableRestoresFromACompactedTopic(t *testing.T) {
-	if compatTarget() != targetSynapse {
-		t.Skip("synapse only: kfake does not compact")
-	}
-	bin := os.Getenv("SYNAPSE_BIN")
-	if bin == "" {
-		skipUnlessRequired(t, "SYNAPSE_BIN is not set: build the broker (make build)")
-	}
-	abs, err := filepath.Abs(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	abs := compactingSynapse(t)
 	b := startSynapseWith(t, abs, func(b *synapseBroker) {
 		b.extraArgs = append(b.extraArgs, "--cleaner-backoff", "100ms")
 	})
@@ -192,6 +180,15 @@ func TestGokaGroupTableRestoresFromACompactedTopic(t *testing.T) {
 // readKeys reads a topic from its start to its end and counts records per key.
 func readKeys(t *testing.T, ctx context.Context, addr, topic string) map[string]int {
 	t.Helper()
+	per := map[string]int{}
+	readToEnd(t, ctx, addr, topic, func(r *kgo.Record) { per[string(r.Key)]++ })
+	return per
+}
+
+// readToEnd reads partition 0 of topic from its start up to the end it
+// has now, handing each record to each.
+func readToEnd(t *testing.T, ctx context.Context, addr, topic string, each func(*kgo.Record)) {
+	t.Helper()
 	adm, err := kgo.NewClient(kgo.SeedBrokers(addr))
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +204,6 @@ func readKeys(t *testing.T, ctx context.Context, addr, topic string) map[string]
 		t.Fatal(err)
 	}
 	defer c.Close()
-	per := map[string]int{}
 	for last := int64(-1); last < end.Offset-1; {
 		fs := c.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -216,8 +212,7 @@ func readKeys(t *testing.T, ctx context.Context, addr, topic string) map[string]
 		fs.EachError(func(_ string, _ int32, err error) { t.Fatalf("fetch %s: %v", topic, err) })
 		fs.EachRecord(func(r *kgo.Record) {
 			last = r.Offset
-			per[string(r.Key)]++
+			each(r)
 		})
 	}
-	return per
 }
