@@ -156,12 +156,9 @@ func (s *Server) bucketOnlyBytes(p *partition) int64 {
 	if err != nil {
 		return 0
 	}
-	below := p.log.LocalStartOffset()
 	var n int64
-	for _, sg := range m.Segments {
-		if sg.Next > m.LogStartOffset && sg.Next <= below {
-			n += sg.Size
-		}
+	for _, sg := range m.OnlyInBucket(p.log.LocalStartOffset()) {
+		n += sg.Size
 	}
 	return n
 }

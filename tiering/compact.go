@@ -121,8 +121,8 @@ func (t *Tier) CleanBucket(ctx context.Context, pk PartitionKey, lp *log.Partiti
 	}
 	below := lp.LocalStartOffset()
 	var cands []SegmentMeta
-	for _, s := range m.Segments {
-		if s.Next > m.LogStartOffset && s.Next <= below && s.Base < cfg.End {
+	for _, s := range m.OnlyInBucket(below) {
+		if s.Base < cfg.End {
 			cands = append(cands, s)
 		}
 	}

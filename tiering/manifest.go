@@ -73,6 +73,18 @@ func (m *Manifest) Releasable(s log.SegmentInfo, logStart int64) bool {
 	return ok && m.Segments[i].Next == s.Next && m.Segments[i].Size == s.Size
 }
 
+// OnlyInBucket returns the segments whose offsets lie below the local log's
+// start below (the bucket holds the only copy), past the log start.
+func (m *Manifest) OnlyInBucket(below int64) []SegmentMeta {
+	var out []SegmentMeta
+	for _, s := range m.Segments {
+		if s.Next > m.LogStartOffset && s.Next <= below {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // span finds the segments a compacted segment covering [base, next)
 // replaces: [i, j), the first starting at base, the last ending at or
 // before next, nothing straddling next. ok is false if the boundaries do
