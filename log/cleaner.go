@@ -692,8 +692,10 @@ func (p *Partition) swapLocked(g []*segment, out *CleanedSegment, hasTxn bool, a
 	rest := append(append(append([]*segment(nil), segs[:i]...), ns), segs[i+len(g):]...)
 	p.segs.Store(&rest)
 	p.stableMark.Store(nil)
-	if hw := p.hw.Load(); hw.seg != nil && hw.seg.base >= out.Base && hw.seg.base < out.Next {
-		p.hw.Store(&mark{off: hw.off, seg: ns, pos: out.Size})
+	for _, m := range []*atomic.Pointer[mark]{&p.hw, &p.dur} {
+		if cur := m.Load(); cur.seg != nil && cur.seg.base >= out.Base && cur.seg.base < out.Next {
+			m.Store(&mark{off: cur.off, seg: ns, pos: out.Size})
+		}
 	}
 	for _, seg := range g {
 		seg.replaced.Store(true)

@@ -85,7 +85,12 @@ type Partition struct {
 
 	segs atomic.Pointer[[]*segment] // ascending by base; last is active
 	leo  atomic.Int64
-	hw   atomic.Pointer[mark]
+	// hw is the high watermark: what readers see. dur is the durable end;
+	// the two are the same mark unless the partition is replicated
+	// (replica.go), where hw is also bounded by the committed offset.
+	hw  atomic.Pointer[mark]
+	dur atomic.Pointer[mark]
+	rep replicaState // replica.go
 	// stableMark caches the position of the last read bound (stable.go).
 	stableMark atomic.Pointer[mark]
 	logStart   atomic.Int64
@@ -190,11 +195,24 @@ func (p *Partition) WokeAt() time.Time {
 
 // setHWLocked publishes a new high watermark and wakes waiters. p.mu held.
 func (p *Partition) setHWLocked(m mark) {
-	if m.off <= p.hw.Load().off {
+	if d := p.dur.Load(); d != nil && m.off <= d.off {
+		return
+	}
+	p.dur.Store(&m)
+	if p.rep.on.Load() {
+		p.publishLocked()
+		p.wake() // replica fetches wait on the durable end
 		return
 	}
 	p.hw.Store(&m)
 	p.wake()
+}
+
+// setMarksLocked sets both the durable end and the high watermark to m
+// (open, rebase, truncation). p.mu held or p not yet shared.
+func (p *Partition) setMarksLocked(m mark) {
+	p.dur.Store(&m)
+	p.hw.Store(&m)
 }
 
 // failLocked latches a storage error: the partition goes offline.
@@ -212,8 +230,8 @@ func (p *Partition) failLocked(op string, err error) error {
 // restart that needs it reads through the same page cache.
 func (p *Partition) markUnsyncedLocked() {
 	size := int64(0)
-	if hw := p.hw.Load(); hw.seg == p.active {
-		size = hw.pos
+	if d := p.dur.Load(); d.seg == p.active {
+		size = d.pos
 	}
 	st := partitionState{LogStartOffset: p.logStart.Load(), Unsynced: &durableEnd{Base: p.active.base, Size: size}}
 	if err := writeState(p.store.fs, p.dir, st); err != nil {
@@ -410,7 +428,7 @@ func (p *Partition) WaitDurable(off int64) error {
 		return fmt.Errorf("%w: wait for %d beyond log end %d", ErrOffsetOutOfRange, off, p.leo.Load())
 	}
 	for {
-		if p.hw.Load().off >= off {
+		if p.dur.Load().off >= off {
 			return nil
 		}
 		if e := p.failed.Load(); e != nil {
@@ -464,6 +482,7 @@ func (p *Partition) sync(final bool) {
 type syncStep struct {
 	target mark
 	h      *handle
+	truncs uint64 // p.rep.truncs at the start
 }
 
 // syncBegin snapshots what a sync covers, taking a reference on the active
@@ -475,7 +494,7 @@ func (p *Partition) syncBegin(final bool) (syncStep, bool) {
 	if (p.closed && !final) || p.failed.Load() != nil {
 		return syncStep{}, false
 	}
-	st := syncStep{target: mark{off: p.leo.Load(), seg: p.active, pos: p.active.size.Load()}, h: p.activeH}
+	st := syncStep{target: mark{off: p.leo.Load(), seg: p.active, pos: p.active.size.Load()}, h: p.activeH, truncs: p.rep.truncs.Load()}
 	if st.h != nil {
 		p.store.cache.ref(st.h)
 	}
@@ -496,6 +515,8 @@ func (p *Partition) syncEnd(st syncStep, err error) {
 		// Another fsync of this file failed meanwhile (this one's success
 		// may cover pages that one lost): no high watermark move.
 		p.wake()
+	case st.truncs != p.rep.truncs.Load():
+		// Truncated meanwhile: the target may lie in the part cut away.
 	default:
 		p.setHWLocked(st.target)
 	}

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 )
 
 // Chunk is a byte range of a segment file holding whole batches. Its file
@@ -128,8 +129,14 @@ func (p *Partition) ReadAtMost(offset int64, maxBytes int64) (*ReadResult, error
 // read reads from offset, never past the high watermark nor past the batch
 // starting at stop (stable.go).
 func (p *Partition) read(offset int64, maxBytes int64, minOne bool, stop int64) (*ReadResult, error) {
+	return p.readTo(&p.hw, offset, maxBytes, minOne, stop)
+}
+
+// readTo is read bounded by the mark in upto (the high watermark, or the
+// durable end for a replica).
+func (p *Partition) readTo(upto *atomic.Pointer[mark], offset int64, maxBytes int64, minOne bool, stop int64) (*ReadResult, error) {
 	for i := 0; ; i++ {
-		res, err := p.readOnce(offset, maxBytes, minOne, stop)
+		res, err := p.readOnce(upto, offset, maxBytes, minOne, stop)
 		if !errors.Is(err, errSegmentReplaced) {
 			return res, err
 		}
@@ -141,11 +148,11 @@ func (p *Partition) read(offset int64, maxBytes int64, minOne bool, stop int64) 
 
 // readOnce is read over one segment list; errSegmentReplaced means the
 // cleaner swapped segments under it: read again.
-func (p *Partition) readOnce(offset int64, maxBytes int64, minOne bool, stop int64) (*ReadResult, error) {
+func (p *Partition) readOnce(upto *atomic.Pointer[mark], offset int64, maxBytes int64, minOne bool, stop int64) (*ReadResult, error) {
 	if e := p.failed.Load(); e != nil {
 		return nil, e
 	}
-	hw := p.hw.Load()
+	hw := upto.Load()
 	bound := hw
 	if stop < hw.off {
 		m, err := p.markAt(stop)
@@ -155,7 +162,11 @@ func (p *Partition) readOnce(offset int64, maxBytes int64, minOne bool, stop int
 		bound = &m
 	}
 	res := readResultPool.Get().(*ReadResult)
-	*res = ReadResult{store: p.store, NextOffset: offset, HighWatermark: hw.off, LogStartOffset: p.logStart.Load(), LogEndOffset: p.leo.Load()}
+	vis := hw.off
+	if upto != &p.hw {
+		vis = p.hw.Load().off
+	}
+	*res = ReadResult{store: p.store, NextOffset: offset, HighWatermark: vis, LogStartOffset: p.logStart.Load(), LogEndOffset: p.leo.Load()}
 	res.Chunks = res.inline[:0]
 	if offset < res.LogStartOffset || offset > res.LogEndOffset {
 		res.Release()

@@ -418,7 +418,7 @@ func (p *Partition) open() error {
 	}
 	// Everything on disk now is durable: the tail was fsync'd by the scan or
 	// by the clean close.
-	p.hw.Store(&mark{off: leo, seg: p.active, pos: p.active.size.Load()})
+	p.setMarksLocked(mark{off: leo, seg: p.active, pos: p.active.size.Load()})
 	// Segments wholly below the log start are leftovers of a crash in the
 	// middle of a deletion.
 	p.mu.Lock()

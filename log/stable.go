@@ -28,6 +28,16 @@ func (p *Partition) markAt(off int64) (mark, error) {
 	if m := p.stableMark.Load(); m != nil && m.off == off {
 		return *m, nil
 	}
+	m, err := p.findMark(off)
+	if err != nil {
+		return mark{}, err
+	}
+	p.stableMark.Store(&m)
+	return m, nil
+}
+
+// findMark returns the position of the batch starting at off, with no cache.
+func (p *Partition) findMark(off int64) (mark, error) {
 	segs := p.segments()
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > off }) - 1
 	if i < 0 {
@@ -66,6 +76,5 @@ func (p *Partition) markAt(off int64) (mark, error) {
 		}
 		m.pos = pos
 	}
-	p.stableMark.Store(&m)
 	return m, nil
 }

@@ -631,6 +631,19 @@ func (c *fileCache) install(seg *segment, f File) *handle {
 func (c *fileCache) drop(seg *segment) {
 	c.mu.Lock()
 	seg.dropped = true
+	c.uncacheLocked(seg)
+}
+
+// reopen forgets seg's cached file (opened read-only while it was sealed)
+// so that the next acquire opens it again for writing. c.mu is released.
+func (c *fileCache) reopen(seg *segment) {
+	c.mu.Lock()
+	c.uncacheLocked(seg)
+}
+
+// uncacheLocked takes seg's handle out of the cache (closing it now if
+// unused, else on its last release) and unlocks c.mu.
+func (c *fileCache) uncacheLocked(seg *segment) {
 	h := seg.fh
 	var f File
 	if h != nil {

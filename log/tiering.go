@@ -158,7 +158,8 @@ func (p *Partition) Rebase(next, logStart int64) error {
 		p.leo.Store(next)
 	}
 	p.logStart.Store(logStart)
-	p.hw.Store(&mark{off: next, seg: p.active, pos: 0})
+	p.setMarksLocked(mark{off: next, seg: p.active, pos: 0})
+	p.rep.committed.Store(min(p.rep.committed.Load(), next))
 	p.wake()
 	return nil
 }

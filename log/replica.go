@@ -1,0 +1,278 @@
+package log
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sort"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+)
+
+// Replication support (cluster mode). A replicated partition has two ends:
+// the durable end (what this broker has fsync'd, which a follower reports
+// to its leader and a leader serves to followers) and the high watermark,
+// which is also bounded by the committed offset the replication protocol
+// sets (Commit): what every in-sync replica holds. Readers and the layers
+// above (tiering, the cleaner, DeleteRecords) only ever see below the high
+// watermark. A follower whose log diverged from its leader's cuts it back
+// with TruncateTo, which never goes below the high watermark.
+
+// replicaState is a partition's replication state.
+type replicaState struct {
+	on        atomic.Bool
+	committed atomic.Int64
+	// truncs counts truncations: a sync begun before one publishes nothing
+	// (its target may lie in the part cut away).
+	truncs atomic.Uint64
+}
+
+// ErrBelowHighWatermark: a truncation would remove committed records.
+var ErrBelowHighWatermark = errors.New("log: truncation below the high watermark")
+
+// SetReplicated puts the partition under replication with committed as
+// the committed offset: the high watermark becomes min(committed, durable
+// end) at once (it may go down: a broker that restarts does not know what
+// its replicas hold). Call it before the partition serves reads.
+func (p *Partition) SetReplicated(committed int64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.usableLocked(); err != nil {
+		return err
+	}
+	p.rep.on.Store(true)
+	committed = max(committed, p.logStart.Load())
+	p.rep.committed.Store(committed)
+	d := p.dur.Load()
+	if committed >= d.off {
+		p.hw.Store(d)
+		return nil
+	}
+	m, err := p.findMark(committed)
+	if err != nil {
+		return err
+	}
+	p.hw.Store(&m)
+	p.stableMark.Store(nil)
+	return nil
+}
+
+// Replicated reports whether SetReplicated was called.
+func (p *Partition) Replicated() bool { return p.rep.on.Load() }
+
+// DurableEnd is the offset below which every record is durable here.
+func (p *Partition) DurableEnd() int64 { return p.dur.Load().off }
+
+// Committed is the committed offset last set (SetReplicated, Commit).
+func (p *Partition) Committed() int64 { return p.rep.committed.Load() }
+
+// Commit raises the committed offset to off (never lowers it) and with it
+// the high watermark, up to the durable end. off must be a batch boundary
+// (a replica's reported end is one).
+func (p *Partition) Commit(off int64) error {
+	if off <= p.rep.committed.Load() && off <= p.hw.Load().off {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.usableLocked(); err != nil {
+		return err
+	}
+	if off > p.rep.committed.Load() {
+		p.rep.committed.Store(off)
+	}
+	return p.publishLocked()
+}
+
+// publishLocked moves the high watermark to min(committed, durable end).
+// p.mu held.
+func (p *Partition) publishLocked() error {
+	d := p.dur.Load()
+	target := min(p.rep.committed.Load(), d.off)
+	if target <= p.hw.Load().off {
+		return nil
+	}
+	m := *d
+	if target < d.off {
+		var err error
+		if m, err = p.findMark(target); err != nil {
+			return err
+		}
+	}
+	p.hw.Store(&m)
+	p.wake()
+	return nil
+}
+
+// ReadReplica is Read bounded by the durable end instead of the high
+// watermark: what a leader serves its followers.
+func (p *Partition) ReadReplica(offset, maxBytes int64) (*ReadResult, error) {
+	return p.readTo(&p.dur, offset, maxBytes, true, maxInt64)
+}
+
+const maxInt64 = 1<<63 - 1
+
+// TruncateTo cuts the log back so that it ends before off: the batch
+// holding off and every later one are removed (Kafka's truncation: a cut
+// inside a batch takes the whole batch). It returns the new log end. It
+// never cuts below the high watermark (ErrBelowHighWatermark) nor below
+// the local log start.
+//
+// Crash safety: the clean-close record goes first, then later segments
+// (last first), then the cut of the segment holding off; a crash at any
+// point leaves a prefix of the old log that reopens by a scan, and the
+// replication protocol truncates it again.
+func (p *Partition) TruncateTo(off int64) (int64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.usableLocked(); err != nil {
+		return 0, err
+	}
+	leo := p.leo.Load()
+	if off >= leo {
+		return leo, nil
+	}
+	segs := *p.segs.Load()
+	if off < segs[0].base {
+		return 0, fmt.Errorf("%w: truncate to %d below the local log start %d", ErrOffsetOutOfRange, off, segs[0].base)
+	}
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > off }) - 1
+	seg := segs[i]
+	pos, cut, err := p.cutPoint(seg, off)
+	if err != nil {
+		return 0, err
+	}
+	if pos == 0 && i > 0 {
+		// The cut is at the start of seg: the previous segment ends there.
+		i--
+		seg = segs[i]
+		pos, cut = seg.size.Load(), seg.next.Load()
+	}
+	if cut < p.hw.Load().off {
+		return 0, fmt.Errorf("%w: truncate to %d (batch at %d) below %d", ErrBelowHighWatermark, off, cut, p.hw.Load().off)
+	}
+	fsys := p.store.fs
+	// From here a failure leaves the files in an unknown state: offline
+	// (the next open scans and the protocol truncates again).
+	if err := writeState(fsys, p.dir, partitionState{LogStartOffset: p.logStart.Load()}); err != nil {
+		return 0, p.failLocked("truncate", err)
+	}
+	p.rep.truncs.Add(1)
+	if p.activeH != nil {
+		p.store.cache.release(p.activeH)
+		p.activeH = nil
+	}
+	drop := segs[i+1:]
+	for j := len(drop) - 1; j >= 0; j-- {
+		d := drop[j]
+		d.replaced.Store(true)
+		p.store.cache.drop(d)
+		for _, path := range []string{d.logPath, d.indexPath(), d.timeIndexPath(), d.txnIndexPath()} {
+			if err := fsys.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return 0, p.failLocked("truncate", err)
+			}
+		}
+	}
+	if pos < seg.size.Load() || seg.alloc > 0 {
+		f, err := fsys.OpenFile(seg.logPath, os.O_RDWR, 0)
+		if err != nil {
+			return 0, p.failLocked("truncate", err)
+		}
+		err = f.Truncate(pos)
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return 0, p.failLocked("truncate", err)
+		}
+	}
+	if seg.sealed.Load() {
+		// Active again: its index files describe the old end; the active
+		// segment's are written at the next seal or clean close.
+		for _, path := range []string{seg.indexPath(), seg.timeIndexPath()} {
+			if err := fsys.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return 0, p.failLocked("truncate", err)
+			}
+		}
+		seg.sealed.Store(false)
+		p.store.cache.reopen(seg)
+	}
+	if err := fsys.SyncDir(p.dir); err != nil {
+		return 0, p.failLocked("truncate", err)
+	}
+	seg.mu.Lock()
+	seg.verified = nil
+	seg.maxTs.Store(-1)
+	seg.lastTime = -1
+	seg.alloc, seg.appends, seg.noPrealloc = 0, 0, false
+	res, err := p.rebuild(seg, pos)
+	if err == nil && len(seg.idx.times) > 0 {
+		seg.lastTime = seg.idx.times[len(seg.idx.times)-1].ts
+	}
+	seg.mu.Unlock()
+	if err != nil || res.end != pos || res.next != cut {
+		if err == nil {
+			err = fmt.Errorf("rescan ends at %d (offset %d), expected %d (offset %d)", res.end, res.next, pos, cut)
+		}
+		return 0, p.failLocked("truncate", err)
+	}
+	if st := seg.txn.Load(); st != nil {
+		st.mu.Lock()
+		err := p.rebuildSegLocked(seg, st, cut, nil)
+		st.mu.Unlock()
+		if err != nil {
+			return 0, p.failLocked("truncate", err)
+		}
+	}
+	keep := append([]*segment(nil), segs[:i+1]...)
+	p.segs.Store(&keep)
+	p.active = seg
+	p.leo.Store(cut)
+	m := mark{off: cut, seg: seg, pos: pos}
+	p.dur.Store(&m)
+	if hw := p.hw.Load(); hw.off == cut {
+		p.hw.Store(&m)
+	}
+	p.stableMark.Store(nil)
+	p.logger.Info("log truncated", zap.Int64("to", cut), zap.Int64("from", leo), zap.Int("segments_removed", len(drop)))
+	p.wake()
+	return cut, nil
+}
+
+// cutPoint finds, in seg, the batch holding off (or the first after it):
+// its position and base offset. At seg's end it returns seg's size and next
+// offset.
+func (p *Partition) cutPoint(seg *segment, off int64) (pos, base int64, err error) {
+	size := seg.size.Load()
+	if off >= seg.next.Load() {
+		return size, seg.next.Load(), nil
+	}
+	h, err := p.store.cache.acquire(seg, mayWait)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer p.store.cache.release(h)
+	if ix, err := p.segmentIndex(seg, h); err == nil {
+		seg.mu.RLock()
+		pos = ix.lookup(seg.base, off)
+		seg.mu.RUnlock()
+	}
+	sc := newHeaderScanner(h.f, seg.logPath, size)
+	defer sc.close()
+	for pos < size {
+		hdr, err := sc.header(pos)
+		if err != nil {
+			return 0, 0, err
+		}
+		if hdr.NextOffset() > off {
+			return pos, hdr.BaseOffset, nil
+		}
+		pos += int64(hdr.Length)
+	}
+	return size, seg.next.Load(), nil
+}

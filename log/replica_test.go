@@ -1,0 +1,173 @@
+package log
+
+import (
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/synapsebroker/synapse/internal/memfs"
+)
+
+// appendSynced appends n random batches and waits for them to be durable;
+// it returns their stored bytes keyed by base offset.
+func appendSynced(t *testing.T, p *Partition, rng *rand.Rand, n int, want map[int64][]byte) {
+	t.Helper()
+	for range n {
+		b := randBatch(rng, time.Now().UnixMilli(), 300)
+		res, err := p.Append(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[res.BaseOffset] = storedCopy(b, res.BaseOffset)
+		if err := p.WaitDurable(res.LastOffset + 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestReplicatedHighWatermarkFollowsCommit(t *testing.T) {
+	_, fsys := newMemFS(t)
+	s := openStore(t, fsys, 0)
+	p := mustOpen(t, s, "/data/t-0", Config{SegmentBytes: 4096})
+	rng := rand.New(rand.NewPCG(1, 2))
+	want := map[int64][]byte{}
+	appendSynced(t, p, rng, 10, want)
+	if err := p.SetReplicated(0); err != nil {
+		t.Fatal(err)
+	}
+	if hw := p.HighWatermark(); hw != 0 {
+		t.Fatalf("high watermark %d after SetReplicated(0), want 0", hw)
+	}
+	res, err := p.Read(0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Bytes != 0 {
+		t.Fatalf("read %d bytes above the committed offset", res.Bytes)
+	}
+	res.Release()
+	res, err = p.ReadReplica(0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Bytes == 0 || res.HighWatermark != 0 {
+		t.Fatalf("replica read: %d bytes, high watermark %d; want data and 0", res.Bytes, res.HighWatermark)
+	}
+	res.Release()
+	// Commit to a batch boundary in the middle.
+	var mid int64
+	for off := range want {
+		if off > mid && off < p.LogEndOffset()/2+1 {
+			mid = off
+		}
+	}
+	if err := p.Commit(mid); err != nil {
+		t.Fatal(err)
+	}
+	if hw := p.HighWatermark(); hw != mid {
+		t.Fatalf("high watermark %d, want %d", hw, mid)
+	}
+	// More appends do not move the high watermark; a commit past the
+	// durable end stops at it.
+	appendSynced(t, p, rng, 5, want)
+	if hw := p.HighWatermark(); hw != mid {
+		t.Fatalf("high watermark moved to %d on append", hw)
+	}
+	if err := p.Commit(p.LogEndOffset() + 100); err != nil {
+		t.Fatal(err)
+	}
+	if hw := p.HighWatermark(); hw != p.LogEndOffset() {
+		t.Fatalf("high watermark %d, want the log end %d", hw, p.LogEndOffset())
+	}
+	readAll(t, p, rng, want)
+}
+
+func TestTruncateTo(t *testing.T) {
+	mfs, fsys := newMemFS(t)
+	s := openStore(t, fsys, 0)
+	p := mustOpen(t, s, "/data/t-0", Config{SegmentBytes: 2048})
+	rng := rand.New(rand.NewPCG(3, 4))
+	want := map[int64][]byte{}
+	appendSynced(t, p, rng, 40, want)
+	if p.SegmentCount() < 4 {
+		t.Fatalf("want several segments, have %d", p.SegmentCount())
+	}
+	if err := p.SetReplicated(0); err != nil {
+		t.Fatal(err)
+	}
+	// Commit up to a boundary a quarter in; cut in the middle of a batch
+	// half way; truncation below the commit is refused.
+	var bases []int64
+	for off := range want {
+		bases = append(bases, off)
+	}
+	slices.Sort(bases)
+	commit := bases[len(bases)/4]
+	if err := p.Commit(commit); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.TruncateTo(commit - 1); !errors.Is(err, ErrBelowHighWatermark) {
+		t.Fatalf("truncate below the high watermark: %v", err)
+	}
+	cutBase := bases[len(bases)/2]
+	leo, err := p.TruncateTo(cutBase + 1) // inside the batch at cutBase (or at the next one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEnd := cutBase
+	if storedNext(t, want[cutBase]) <= cutBase+1 {
+		wantEnd = storedNext(t, want[cutBase])
+	}
+	if leo != wantEnd || p.LogEndOffset() != wantEnd || p.DurableEnd() != wantEnd {
+		t.Fatalf("after truncate: returned %d, log end %d, durable %d; want %d", leo, p.LogEndOffset(), p.DurableEnd(), wantEnd)
+	}
+	for off := range want {
+		if off >= wantEnd {
+			delete(want, off)
+		}
+	}
+	// Appends continue at the new end; everything reads back, and again
+	// after a crash (memfs drops what was not synced) and reopen.
+	appendSynced(t, p, rng, 10, want)
+	if err := p.Commit(p.LogEndOffset()); err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, p, rng, want)
+	clone := memFS{mfs.CrashClone(memfs.CrashConfig{UnsyncedMode: memfs.DropUnsynced})}
+	s2 := openStore(t, clone, 0)
+	p2 := mustOpen(t, s2, "/data/t-0", Config{SegmentBytes: 2048})
+	if p2.LogEndOffset() != p.LogEndOffset() {
+		t.Fatalf("reopened log end %d, want %d", p2.LogEndOffset(), p.LogEndOffset())
+	}
+	readAll(t, p2, rng, want)
+	// A cut at a segment boundary and down to the commit point.
+	if err := p2.SetReplicated(commit); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p2.TruncateTo(commit); err != nil {
+		t.Fatal(err)
+	}
+	if p2.LogEndOffset() != commit {
+		t.Fatalf("log end %d, want %d", p2.LogEndOffset(), commit)
+	}
+	for off := range want {
+		if off >= commit {
+			delete(want, off)
+		}
+	}
+	appendSynced(t, p2, rng, 3, want)
+	if err := p2.Commit(p2.LogEndOffset()); err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, p2, rng, want)
+}
+
+func storedNext(t *testing.T, b []byte) int64 {
+	h, err := ParseBatchHeader(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.NextOffset()
+}
