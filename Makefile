@@ -13,7 +13,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 # Packages that `make test` runs with the race detector. Add new packages
 # (./protocol/... ./broker/... ./tiering/...) here as they land.
-CORE_PKGS ?= ./log/... ./protocol/... ./auth/... ./broker/... ./group/... ./txn/... ./internal/... ./tiering/... ./cmd/...
+CORE_PKGS ?= ./log/... ./protocol/... ./auth/... ./broker/... ./group/... ./txn/... ./internal/... ./tiering/... ./coord/... ./cmd/...
 
 # Fuzzing: every Fuzz* target of FUZZ_PKGS runs for FUZZTIME, one after another.
 FUZZ_PKGS ?= ./log/ ./protocol/ ./group ./auth
@@ -24,6 +24,10 @@ TOOLS_BIN ?= $(HOME)/.cache/synapse-tools/bin
 # honnef.co/go/tools v0.8.2 is staticcheck 2026.2.2, which supports go1.26.
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(TOOLS_BIN)/staticcheck
+# etcd for the cluster tests: etcd's own server (etcdmain) built from the
+# go.etcd.io/etcd/server/v3 version in go.mod.
+ETCD := $(TOOLS_BIN)/etcd
+ETCD_VERSION := $(shell $(GO) list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3 2>/dev/null | sed 's/^v//')
 
 .PHONY: help run build tools lint test compat kgo-suite fuzz bench bench-txn clean
 
@@ -64,6 +68,11 @@ tools:
 	@bash compat-tests/install-kafkajs.sh
 	@# versitygw v1.8.0, the S3-compatible server the tiering tests start.
 	@TOOLS_BIN="$(TOOLS_BIN)" bash tiering/install-versitygw.sh
+	@# etcd's own server at the version go.mod pins, for the cluster tests.
+	@if ! "$(ETCD)" --version 2>/dev/null | grep -qF "$(ETCD_VERSION)"; then \
+		echo "building etcd $(ETCD_VERSION) into $(TOOLS_BIN)"; \
+		CGO_ENABLED=0 $(GO) build -o "$(ETCD)" ./internal/tools/etcd; \
+	fi
 
 lint: tools
 	@unformatted=$$(find . -path ./.git -prune -o -path '*/testdata' -prune -o -name '*.go' -print | xargs -r gofmt -l); \
@@ -83,7 +92,7 @@ test: tools lint
 # Real clients (franz-go, sarama, kafka-go, confluent-kafka-go, kcat,
 # kafka-python) against a real `synapse serve` process; see compat-tests/.
 compat: build
-	cd compat-tests && COMPAT_REQUIRE=1 SYNAPSE_BIN=$(CURDIR)/bin/synapse $(GO) test -count=1 -timeout 15m ./...
+	cd compat-tests && COMPAT_REQUIRE=1 SYNAPSE_BIN=$(CURDIR)/bin/synapse ETCD_BIN=$(ETCD) $(GO) test -count=1 -timeout 15m ./...
 	$(MAKE) --no-print-directory kgo-suite
 
 # franz-go's own pkg/kgo integration tests (SASL, plaintext, TLS) against one

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -108,7 +109,22 @@ func (s *Server) handleProduce(c *conn, req *kmsg.ProduceRequest) (kmsg.Response
 					sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 					break
 				}
-				next, txnEnd, err := s.produceTo(p, rp.Records, &sp, req.TransactionID)
+				epoch := s.meta.m.LeaderEpoch
+				var role *replicaRole
+				if s.cl != nil {
+					code, r := s.cl.leaderCheck(p, -1)
+					if code != 0 {
+						sp.ErrorCode = code
+						s.cl.produceLeaderHint(resp, &sp, r)
+						break
+					}
+					if req.Acks == -1 && len(r.isr) < s.cl.minISR(p, r) {
+						sp.ErrorCode = kerr.NotEnoughReplicas.Code
+						break
+					}
+					epoch, role = r.epoch, r
+				}
+				next, txnEnd, err := s.produceTo(p, rp.Records, &sp, req.TransactionID, epoch)
 				if err != nil {
 					sp.ErrorCode = s.produceErrorCode(err)
 					sp.ErrorMessage = kmsg.StringPtr(err.Error())
@@ -119,7 +135,11 @@ func (s *Server) handleProduce(c *conn, req *kmsg.ProduceRequest) (kmsg.Response
 					break
 				}
 				if (req.Acks == -1 || req.Acks == 1 && s.store.Durable()) && next > 0 {
-					waits = append(waits, durableWait{len(resp.Topics), len(st.Partitions), p, next, txnEnd})
+					w := durableWait{len(resp.Topics), len(st.Partitions), p, next, txnEnd, nil}
+					if req.Acks == -1 {
+						w.role = role
+					}
+					waits = append(waits, w)
 				}
 			}
 			st.Partitions = append(st.Partitions, sp)
@@ -133,7 +153,7 @@ func (s *Server) handleProduce(c *conn, req *kmsg.ProduceRequest) (kmsg.Response
 		// Durability is waited for by the connection (finish), after it
 		// has also appended any produce requests already queued behind
 		// this one: they all share one group-commit round.
-		return &deferredProduce{ProduceResponse: resp, s: s, waits: waits}, nil
+		return &deferredProduce{ProduceResponse: resp, s: s, waits: waits, timeout: time.Duration(max(req.TimeoutMillis, 1)) * time.Millisecond}, nil
 	}
 	return resp, nil
 }
@@ -147,21 +167,30 @@ type durableWait struct {
 	// transaction log is durable up to here too (the record that added
 	// the partition to the transaction).
 	txnEnd int64
+	// role, in cluster mode with acks=all: the leadership the records
+	// were appended under; answered once the ISR has them.
+	role *replicaRole
 }
 
 // deferredProduce is an acks=all produce response whose records are
 // written but not yet known durable.
 type deferredProduce struct {
 	*kmsg.ProduceResponse
-	s     *Server
-	waits []durableWait
+	s       *Server
+	waits   []durableWait
+	timeout time.Duration // the request's (cluster mode: replication)
 }
 
 // finish waits for every partition's records to be durable and returns the
 // response (a partition whose fsync failed answers the storage error).
 func (d *deferredProduce) finish() *kmsg.ProduceResponse {
 	for _, w := range d.waits {
-		err := w.p.log.WaitDurable(w.next)
+		var err error
+		if w.role != nil {
+			err = d.s.cl.waitCommitted(w.p, w.next, w.role, d.timeout)
+		} else {
+			err = w.p.log.WaitDurable(w.next)
+		}
 		if err == nil && w.txnEnd > 0 {
 			err = d.s.txns.WaitDurable(w.txnEnd)
 		}
@@ -199,7 +228,7 @@ func (s *Server) produceErrorCode(err error) int16 {
 // returns the offset to wait for (acks=-1), or 0 if there is nothing to wait
 // for (a duplicate that is already durable is still waited on: cheap), and
 // for a transactional batch the transaction log offset to wait for too.
-func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceResponseTopicPartition, txnID *string) (next, txnEnd int64, err error) {
+func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceResponseTopicPartition, txnID *string, epoch int32) (next, txnEnd int64, err error) {
 	if len(records) == 0 {
 		return 0, 0, errNoRecords
 	}
@@ -247,19 +276,37 @@ func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceRespons
 		log.SetLogAppendTime(records, now)
 		sp.LogAppendTime = now
 	}
-	log.PatchLeaderEpoch(records, s.meta.m.LeaderEpoch)
+	log.PatchLeaderEpoch(records, epoch)
+	var leads func() error // cluster mode: checked under p.mu with the append
+	if s.cl != nil {
+		leads = func() error {
+			if r := roleOf(p); !r.isLeader || r.epoch != epoch {
+				return errNotLeader
+			}
+			return nil
+		}
+	}
 	if h.Transactional() {
 		var next int64
 		txnEnd, err := s.txns.Produce(*txnID, h.ProducerID, h.ProducerEpoch, txn.TP{Topic: p.topic.name, Partition: p.index}, func() error {
 			var err error
-			next, err = p.appendIdempotent(records, &h, sp, s.cfg.Now().UnixMilli())
+			next, err = p.appendIdempotent(records, &h, sp, s.cfg.Now().UnixMilli(), leads)
 			return err
 		})
 		return next, txnEnd, err
 	}
 	if h.ProducerID >= 0 {
-		next, err := p.appendIdempotent(records, &h, sp, s.cfg.Now().UnixMilli())
+		next, err := p.appendIdempotent(records, &h, sp, s.cfg.Now().UnixMilli(), leads)
 		return next, 0, err
+	}
+	if leads != nil {
+		// A follower's fetcher appends under p.mu too: no append lands
+		// once the leadership it was checked under is gone.
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if err := leads(); err != nil {
+			return 0, 0, err
+		}
 	}
 	res, err := p.log.Append(records)
 	if err != nil {
@@ -272,9 +319,14 @@ func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceRespons
 
 // appendIdempotent checks the batch's sequence and appends it under p.mu
 // (released by defer, so a panic cannot leave the partition locked).
-func (p *partition) appendIdempotent(records []byte, h *log.BatchHeader, sp *kmsg.ProduceResponseTopicPartition, nowMs int64) (int64, error) {
+func (p *partition) appendIdempotent(records []byte, h *log.BatchHeader, sp *kmsg.ProduceResponseTopicPartition, nowMs int64, leads func() error) (int64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if leads != nil {
+		if err := leads(); err != nil {
+			return 0, err
+		}
+	}
 	dup, err := p.checkSequence(h)
 	if err != nil {
 		return 0, err

@@ -72,6 +72,9 @@ func (s *Server) handleFetch(c *conn, req *kmsg.FetchRequest) (kmsg.Response, er
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 		return resp, nil
 	}
+	if (req.ReplicaID >= 0 || req.ReplicaState.ID >= 0) && s.cl != nil {
+		return s.cl.handleReplicaFetch(req), nil // a follower (cluster_replica.go)
+	}
 	fc, read, code := s.openFetchSession(req)
 	if code != 0 {
 		resp := req.ResponseKind().(*kmsg.FetchResponse)
@@ -208,6 +211,15 @@ func (s *Server) fetchOnce(c *conn, req *kmsg.FetchRequest) (*fetchResponse, int
 				st.Partitions = append(st.Partitions, sp)
 				reads = append(reads, nil)
 				continue
+			}
+			if s.cl != nil {
+				if lc, r := s.cl.leaderCheck(p, rp.CurrentLeaderEpoch); lc != 0 {
+					sp.ErrorCode = lc
+					s.cl.fetchLeaderHint(resp.FetchResponse, &sp, r)
+					st.Partitions = append(st.Partitions, sp)
+					reads = append(reads, nil)
+					continue
+				}
 			}
 			// A partition named again in the same request is read once, as
 			// Kafka does (its fetch data is a map): a request naming one

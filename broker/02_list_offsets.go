@@ -80,6 +80,14 @@ func (s *Server) handleListOffsets(c *conn, req *kmsg.ListOffsetsRequest) (kmsg.
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
+			if s.cl != nil {
+				if lc, _ := s.cl.leaderCheck(p, rp.CurrentLeaderEpoch); lc != 0 {
+					sp.ErrorCode = lc
+					st.Partitions = append(st.Partitions, sp)
+					continue
+				}
+				sp.LeaderEpoch = roleOf(p).epoch
+			}
 			off, ts, code := s.listOffset(ctx, p, rp.Timestamp, req.Version >= 2 && req.IsolationLevel == 1)
 			sp.ErrorCode, sp.Offset, sp.Timestamp = code, off, ts
 			if req.Version == 0 && code == 0 && off >= 0 {

@@ -37,6 +37,9 @@ func (s *Server) handleMetadata(c *conn, req *kmsg.MetadataRequest) (kmsg.Respon
 	resp.ClusterID = kmsg.StringPtr(s.meta.m.ClusterID)
 	resp.ControllerID = s.meta.m.NodeID
 	resp.AuthorizedOperations = -2147483648
+	if s.cl != nil {
+		resp.Brokers, resp.ControllerID = s.cl.metadataBrokers(), s.cl.controllerID()
+	}
 
 	all := req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0)
 	if all {
@@ -97,6 +100,10 @@ func (s *Server) metadataTopic(t *topic) kmsg.MetadataResponseTopic {
 	mt.Topic = kmsg.StringPtr(t.name)
 	mt.TopicID = t.id
 	mt.AuthorizedOperations = -2147483648
+	if s.cl != nil {
+		mt.Partitions = s.cl.metadataPartitions(t)
+		return mt
+	}
 	node := s.meta.m.NodeID
 	parts := s.reg.partitionsOf(t)
 	// While every partition is online the list is the same each time:
@@ -169,7 +176,13 @@ func (s *Server) topicOrCreate(c *conn, name string, create bool, budget *int) (
 		}
 		*budget--
 	}
-	t, err := s.reg.create(name, s.cfg.DefaultPartitions, nil, false)
+	var t *topic
+	var err error
+	if s.cl != nil {
+		t, err = s.cl.createTopic(s.ctx, name, s.cfg.DefaultPartitions, -1, nil, false)
+	} else {
+		t, err = s.reg.create(name, s.cfg.DefaultPartitions, nil, false)
+	}
 	if err == errTopicExists {
 		t = s.reg.get(name)
 	} else if err == errTopicDeleting {

@@ -50,7 +50,13 @@ func (s *Server) handleCreateTopics(c *conn, req *kmsg.CreateTopicsRequest) (kms
 		if n == -1 {
 			n = s.cfg.DefaultPartitions
 		}
-		if len(rt.ReplicaAssignment) > 0 {
+		if s.cl != nil && len(rt.ReplicaAssignment) > 0 {
+			fail(kerr.InvalidReplicaAssignment.Code, "replica assignments are not supported yet in cluster mode: the controller places replicas")
+			continue
+		}
+		if s.cl != nil {
+			// Placed by the controller (cluster_admin.go).
+		} else if len(rt.ReplicaAssignment) > 0 {
 			if rt.NumPartitions != -1 || rt.ReplicationFactor != -1 {
 				fail(kerr.InvalidRequest.Code, "replica assignment given with a partition count or replication factor")
 				continue
@@ -80,7 +86,18 @@ func (s *Server) handleCreateTopics(c *conn, req *kmsg.CreateTopicsRequest) (kms
 				configs[c.Name] = *c.Value
 			}
 		}
-		t, err := s.reg.create(rt.Topic, n, configs, req.ValidateOnly)
+		var t *topic
+		var err error
+		rf := int16(1)
+		if s.cl != nil {
+			t, err = s.cl.createTopic(s.ctx, rt.Topic, n, int32(rt.ReplicationFactor), configs, req.ValidateOnly)
+			rf = rt.ReplicationFactor
+			if rf == -1 {
+				rf = int16(s.cl.defaultRF())
+			}
+		} else {
+			t, err = s.reg.create(rt.Topic, n, configs, req.ValidateOnly)
+		}
 		if err != nil {
 			switch {
 			case errors.Is(err, errTopicExists):
@@ -104,7 +121,7 @@ func (s *Server) handleCreateTopics(c *conn, req *kmsg.CreateTopicsRequest) (kms
 			created += int(n)
 		}
 		st.TopicID = t.id
-		st.NumPartitions, st.ReplicationFactor = n, 1
+		st.NumPartitions, st.ReplicationFactor = n, rf
 		if c.allowed(opDescribeConfigs, resTopic, rt.Topic) {
 			st.Configs = s.createTopicsConfigs(t.configs)
 		} else {

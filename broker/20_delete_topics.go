@@ -40,24 +40,15 @@ func (s *Server) handleDeleteTopics(c *conn, req *kmsg.DeleteTopicsRequest) (kms
 		}
 		if t != nil {
 			st.Topic, st.TopicID = kmsg.StringPtr(t.name), t.id
-			parts := s.reg.partitionsOf(t)
-			if s.cfg.Tier != nil {
-				// Recorded before the topic goes, so a crash in between
-				// cannot leak its objects (a live topic's entry is skipped,
-				// and dropped at the next start).
-				s.recordForgets(parts, false)
+			var err error
+			if s.cl != nil {
+				err = s.cl.deleteTopic(s.ctx, t)
+			} else {
+				err = s.deleteTopic(t)
 			}
-			if err := s.reg.remove(t); err != nil {
+			if err != nil {
 				st.ErrorCode = s.errorCode(err)
 				st.ErrorMessage = kmsg.StringPtr(err.Error())
-				if s.cfg.Tier != nil {
-					s.recordForgets(parts, true)
-				}
-			} else {
-				s.groups.TopicDeleted(t.name)
-				if s.cfg.Tier != nil {
-					s.forgetTiered()
-				}
 			}
 		}
 		resp.Topics = append(resp.Topics, st)
@@ -72,4 +63,27 @@ func (s *Server) handleDeleteTopics(c *conn, req *kmsg.DeleteTopicsRequest) (kms
 		}
 	}
 	return resp, nil
+}
+
+// deleteTopic deletes a local topic: its partitions, its group offsets
+// and, with tiering, its objects.
+func (s *Server) deleteTopic(t *topic) error {
+	parts := s.reg.partitionsOf(t)
+	if s.cfg.Tier != nil {
+		// Recorded before the topic goes, so a crash in between cannot
+		// leak its objects (a live topic's entry is skipped, and dropped
+		// at the next start).
+		s.recordForgets(parts, false)
+	}
+	if err := s.reg.remove(t); err != nil {
+		if s.cfg.Tier != nil {
+			s.recordForgets(parts, true)
+		}
+		return err
+	}
+	s.groups.TopicDeleted(t.name)
+	if s.cfg.Tier != nil {
+		s.forgetTiered()
+	}
+	return nil
 }

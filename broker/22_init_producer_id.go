@@ -65,7 +65,13 @@ func (s *Server) handleInitProducerID(c *conn, req *kmsg.InitProducerIDRequest) 
 		resp.ProducerID, resp.ProducerEpoch = req.ProducerID, req.ProducerEpoch+1
 		return resp, nil
 	}
-	id, err := s.meta.nextProducerID()
+	var id int64
+	var err error
+	if s.cl != nil {
+		id, err = s.cl.nextProducerID(s.ctx) // unique across the cluster
+	} else {
+		id, err = s.meta.nextProducerID()
+	}
 	if err != nil {
 		resp.ErrorCode = kerr.KafkaStorageError.Code
 		return resp, nil

@@ -83,7 +83,17 @@ func (s *Server) handleOffsetForLeaderEpoch(c *conn, req *kmsg.OffsetForLeaderEp
 					sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 					break
 				}
-				sp.ErrorCode, sp.LeaderEpoch, sp.EndOffset = epochEndOffset(p.log, rp, current)
+				cur := current
+				if s.cl != nil {
+					// The partition's own epoch; only its leader answers.
+					lc, r := s.cl.leaderCheck(p, -1)
+					if lc != 0 {
+						sp.ErrorCode = lc
+						break
+					}
+					cur = r.epoch
+				}
+				sp.ErrorCode, sp.LeaderEpoch, sp.EndOffset = epochEndOffset(p.log, rp, cur)
 			}
 			st.Partitions = append(st.Partitions, sp)
 		}

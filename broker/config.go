@@ -58,6 +58,8 @@ type Config struct {
 	// Tier is the tiered object store; nil means no tiering (all data local,
 	// retention deletes it).
 	Tier *tiering.Tier
+	// Cluster, if set, runs the broker in cluster mode (cluster.go).
+	Cluster *ClusterConfig
 	// LocalDiskBudget, with tiering, caps the bytes of local segments: past
 	// it, local copies of uploaded segments are deleted (oldest first,
 	// whatever local.retention.* says); if that is not enough (the bucket

@@ -16,6 +16,16 @@ func (s *Server) errorCode(err error) int16 {
 	switch {
 	case err == nil:
 		return 0
+	case errors.Is(err, errNotLeader):
+		return kerr.NotLeaderForPartition.Code
+	case errors.Is(err, errNotEnoughISR):
+		return kerr.NotEnoughReplicas.Code
+	case errors.Is(err, errNotEnoughISRLate):
+		return kerr.NotEnoughReplicasAfterAppend.Code
+	case errors.Is(err, errReplicaTimeout):
+		return kerr.RequestTimedOut.Code
+	case errors.Is(err, errBadReplicationFactor):
+		return kerr.InvalidReplicationFactor.Code
 	case errors.Is(err, log.ErrOffsetOutOfRange), errors.Is(err, log.ErrNotLocal):
 		return kerr.OffsetOutOfRange.Code
 	case errors.Is(err, log.ErrBatchTooLarge):

@@ -177,6 +177,12 @@ func (s *Server) handleFindCoordinator(c *conn, req *kmsg.FindCoordinatorRequest
 			code = kerr.GroupAuthorizationFailed.Code
 		case req.CoordinatorType == 1 && !c.allowed(opDescribe, resTxnID, key):
 			code = kerr.TransactionalIDAuthorizationFailed.Code
+		case s.cl != nil:
+			b, ok := s.cl.coordinator()
+			if !ok {
+				return kerr.CoordinatorNotAvailable.Code, nil, -1, "", -1
+			}
+			return 0, nil, b.ID, b.Host, b.Port
 		default:
 			return 0, nil, s.meta.m.NodeID, c.lis.host, c.lis.port
 		}

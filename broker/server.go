@@ -52,6 +52,8 @@ type Server struct {
 
 	sec *security // users, ACLs, SASL mechanisms (security.go)
 
+	cl *cluster // cluster mode (cluster.go); nil on a single node
+
 	offsetsShown atomic.Bool // the virtual __consumer_offsets is listed (internal_topics.go)
 
 	fetchSessions fetchSessionCache // incremental fetch sessions (fetch_session.go)
@@ -195,6 +197,13 @@ func New(cfg Config) (*Server, error) {
 		close(s.maintDone) // maintain never ran: let Close proceed
 		s.Close()
 		return nil, err
+	}
+	if cfg.Cluster != nil {
+		if s.cl, err = startCluster(s, *cfg.Cluster); err != nil {
+			close(s.maintDone) // maintain never ran: let Close proceed
+			s.Close()
+			return nil, err
+		}
 	}
 	go s.maintain()
 	return s, nil
@@ -376,6 +385,9 @@ func (s *Server) Close() {
 		s.shutting.Store(true)
 		s.cancel()
 		<-s.maintDone
+		if s.cl != nil {
+			s.cl.close() // fetchers stop before the partitions close
+		}
 		start := time.Now()
 		s.closeTxns()
 		s.closeGroups()

@@ -83,6 +83,8 @@ type partition struct {
 	// tierIdle: the last maintenance pass found nothing to tier, as of
 	// this state (tiering.go, tierIdle); nil: due.
 	tierIdle atomic.Pointer[tierSig]
+	// repl: cluster mode's replication state (cluster.go).
+	repl partRepl
 }
 
 // registry is the persisted set of topics. Lock order: registry.mu before
@@ -353,6 +355,34 @@ func (r *registry) partition(t *topic, i int32) *partition {
 
 // create makes a topic. validateOnly checks without creating.
 func (r *registry) create(name string, partitions int32, configs map[string]string, validateOnly bool) (*topic, error) {
+	return r.createTopic(name, nil, partitions, configs, validateOnly)
+}
+
+// createWithID creates a topic the cluster already named and numbered
+// (cluster.go): its id comes from etcd.
+func (r *registry) createWithID(name string, id [16]byte, partitions int32, configs map[string]string) (*topic, error) {
+	return r.createTopic(name, &id, partitions, configs, false)
+}
+
+// validateTopic checks what create would: the name, the partition count
+// and the configs.
+func (r *registry) validateTopic(name string, partitions int32, configs map[string]string) error {
+	if err := validTopicName(name); err != nil {
+		return err
+	}
+	if internalTopic(name) {
+		return errInternalTopic
+	}
+	if partitions <= 0 {
+		return fmt.Errorf("partition count %d must be positive", partitions)
+	}
+	if partitions > maxPartitions {
+		return fmt.Errorf("partition count %d is above the limit %d", partitions, maxPartitions)
+	}
+	return validateConfigs(configs, r.tiered)
+}
+
+func (r *registry) createTopic(name string, id *[16]byte, partitions int32, configs map[string]string, validateOnly bool) (*topic, error) {
 	if err := validTopicName(name); err != nil {
 		return nil, err
 	}
@@ -384,7 +414,9 @@ func (r *registry) create(name string, partitions int32, configs map[string]stri
 	}
 	t := &topic{name: name}
 	t.setConfigsLocked(configs)
-	if _, err := rand.Read(t.id[:]); err != nil {
+	if id != nil {
+		t.id = *id
+	} else if _, err := rand.Read(t.id[:]); err != nil {
 		return nil, err
 	}
 	for i := int32(0); i < partitions; i++ {

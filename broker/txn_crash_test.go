@@ -354,7 +354,7 @@ func (w *txnWorkload) produce(e *txnEnv, x *crashTxn, p int32, n int) error {
 	var sp kmsg.ProduceResponseTopicPartition
 	txnEnd, err := e.txns.Produce(x.id, h.ProducerID, h.ProducerEpoch, txn.TP{Topic: txnCrashTopic, Partition: p}, func() error {
 		var err error
-		next, err = part.appendIdempotent(b, &h, &sp, e.nowMs.Load())
+		next, err = part.appendIdempotent(b, &h, &sp, e.nowMs.Load(), nil)
 		return err
 	})
 	if err != nil {

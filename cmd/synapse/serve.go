@@ -70,6 +70,7 @@ type serveOptions struct {
 	cleanerBuffer        int
 	cleanerBackoff       time.Duration
 	sec                  securityOptions
+	cluster              clusterOptions
 }
 
 func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
@@ -77,6 +78,7 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:9092", "address of the one PLAINTEXT Kafka listener (host:port); see --listeners for several")
 	fs.StringVar(&o.advertisedAddr, "advertised-addr", "", "host:port clients of --listen are told to connect to (default: the listener's address)")
 	o.sec.AddFlags(fs)
+	o.cluster.AddFlags(fs)
 	fs.StringVar(&o.httpListen, "http-listen", "127.0.0.1:8080", "address of the HTTP side port (/healthz, /readyz, /metrics, /status); empty (on the command line) disables it")
 	o.httpAPI.AddFlags(fs)
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiler under /debug/pprof/ on the HTTP side port (anyone who reaches the port can profile the process)")
@@ -184,6 +186,9 @@ func (o *serveOptions) validate() error {
 			errs = append(errs, fmt.Errorf("%s %d: must be positive", c.name, c.v))
 		}
 	}
+	if err := o.cluster.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -261,6 +266,18 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 	if tierURL == "" {
 		tierURL = "file://" + filepath.Join(dataDir, "tier")
 	}
+	if o.cluster.name != "" {
+		// Not yet: each partition's replicas keep its whole log.
+		if o.tier != "" && o.tier != "none" {
+			return errors.New("--tier: tiering is not supported in cluster mode yet (use --tier none)")
+		}
+		tierURL = "none"
+	}
+	clusterCfg, stopEtcd, err := o.cluster.start(dataDir, advertised, logger)
+	if err != nil {
+		return err
+	}
+	defer stopEtcd()
 	store, err := tiering.OpenURL(ctx, tierURL)
 	if err != nil {
 		return err
@@ -299,6 +316,7 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 		FDs:                     fds,
 		Preallocate:             o.preallocate,
 		Logger:                  logger.Named("broker"),
+		Cluster:                 clusterCfg,
 
 		GroupInitialRebalanceDelay: cmp.Or(o.groupDelay, -1), // 0 on the command line means none
 		GroupMinSessionTimeout:     o.groupMinSession,

@@ -1,0 +1,206 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/synapsebroker/synapse/coord"
+)
+
+// Topic changes in cluster mode go to etcd; every broker's watch then
+// makes them locally (cluster.go). A request is answered once this
+// broker's view has them (every partition with a leader, for a create).
+
+// errBadReplicationFactor: more replicas than live brokers.
+var errBadReplicationFactor = errors.New("replication factor above the number of live brokers")
+
+// topicWait bounds how long a create or delete waits to see itself applied.
+const topicWait = 10 * time.Second
+
+// defaultRF is the replication factor of a topic created without one:
+// min(3, live brokers).
+func (cl *cluster) defaultRF() int32 {
+	return int32(min(3, max(1, len(cl.currentView().Brokers))))
+}
+
+// createTopic creates a topic in etcd (rf -1: the default) and waits for
+// it to be served here.
+func (cl *cluster) createTopic(ctx context.Context, name string, partitions, rf int32, configs map[string]string, validateOnly bool) (*topic, error) {
+	if err := cl.s.reg.validateTopic(name, partitions, configs); err != nil {
+		return nil, err
+	}
+	if rf == -1 {
+		rf = cl.defaultRF()
+	}
+	if rf <= 0 || int(rf) > len(cl.currentView().Brokers) {
+		return nil, fmt.Errorf("%w: %d replicas, %d live brokers", errBadReplicationFactor, rf, len(cl.currentView().Brokers))
+	}
+	if _, ok := cl.currentView().Topics[name]; ok {
+		return nil, errTopicExists
+	}
+	if validateOnly {
+		return &topic{name: name, configs: configs}, nil
+	}
+	var id [16]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, err
+	}
+	err := cl.co.CreateTopic(ctx, coord.TopicInfo{Name: name, ID: hex.EncodeToString(id[:]), Partitions: partitions, RF: rf, Configs: configs})
+	if errors.Is(err, coord.ErrExists) {
+		return nil, errTopicExists
+	}
+	if err != nil {
+		return nil, err
+	}
+	var t *topic
+	cl.waitFor(ctx, topicWait, func() bool {
+		t = cl.s.reg.get(name)
+		if t == nil || t.id != id {
+			return false
+		}
+		for _, p := range cl.s.reg.partitionsOf(t) {
+			if roleOf(p).leader < 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if t == nil || t.id != id {
+		return nil, errTopicDeleting // not applied here yet: retriable (LEADER_NOT_AVAILABLE)
+	}
+	return t, nil
+}
+
+// deleteTopic deletes a topic in etcd and waits for it to be gone here.
+func (cl *cluster) deleteTopic(ctx context.Context, t *topic) error {
+	err := cl.co.DeleteTopic(ctx, t.name)
+	if errors.Is(err, coord.ErrNotFound) {
+		return nil // gone already
+	}
+	if err != nil {
+		return err
+	}
+	cl.waitFor(ctx, topicWait, func() bool { return cl.s.reg.getByID(t.id) == nil })
+	return nil
+}
+
+// metadataBrokers lists the live brokers for Metadata.
+func (cl *cluster) metadataBrokers() []kmsg.MetadataResponseBroker {
+	v := cl.currentView()
+	out := make([]kmsg.MetadataResponseBroker, 0, len(v.Brokers))
+	for _, b := range liveBrokers(v) {
+		mb := kmsg.NewMetadataResponseBroker()
+		mb.NodeID, mb.Host, mb.Port = b.ID, b.Host, b.Port
+		if b.Rack != "" {
+			mb.Rack = kmsg.StringPtr(b.Rack)
+		}
+		out = append(out, mb)
+	}
+	return out
+}
+
+// controllerID is the controller's broker id for Metadata (-1: none).
+func (cl *cluster) controllerID() int32 { return cl.currentView().Controller }
+
+// metadataPartitions answers a topic's partitions from the view.
+func (cl *cluster) metadataPartitions(t *topic) []kmsg.MetadataResponseTopicPartition {
+	v := cl.currentView()
+	parts := cl.s.reg.partitionsOf(t)
+	out := make([]kmsg.MetadataResponseTopicPartition, len(parts))
+	for i, p := range parts {
+		mp := &out[i]
+		mp.Default()
+		mp.Partition = p.index
+		part, ok := v.Parts[coord.PartKey{Topic: t.name, Partition: p.index}]
+		if !ok {
+			mp.ErrorCode = kerr.LeaderNotAvailable.Code
+			mp.Leader, mp.LeaderEpoch = -1, 0
+			continue
+		}
+		st := part.State
+		mp.Leader, mp.LeaderEpoch = st.Leader, st.Epoch
+		mp.Replicas, mp.ISR = st.Replicas, st.ISR
+		for _, id := range st.Replicas {
+			if _, ok := v.Brokers[id]; !ok {
+				mp.OfflineReplicas = append(mp.OfflineReplicas, id)
+			}
+		}
+		if _, ok := v.Brokers[st.Leader]; st.Leader < 0 || !ok {
+			mp.ErrorCode = kerr.LeaderNotAvailable.Code
+			mp.Leader = -1
+		}
+	}
+	return out
+}
+
+// currentLeader fills KIP-951's hint for a NOT_LEADER_OR_FOLLOWER answer:
+// the leader and epoch from the view, and its endpoint.
+func (cl *cluster) currentLeader(r *replicaRole) (leader, epoch int32, ep *coord.BrokerInfo) {
+	if r.leader < 0 {
+		return -1, -1, nil
+	}
+	if b, ok := cl.currentView().Brokers[r.leader]; ok {
+		return r.leader, r.epoch, &b
+	}
+	return r.leader, r.epoch, nil
+}
+
+// coordinator is the broker that coordinates every group and transaction
+// for now: the live broker with the lowest id (the same answer from every
+// broker with the same view).
+func (cl *cluster) coordinator() (coord.BrokerInfo, bool) {
+	live := liveBrokers(cl.currentView())
+	if len(live) == 0 {
+		return coord.BrokerInfo{}, false
+	}
+	return live[0], true
+}
+
+// produceLeaderHint adds KIP-951's current leader to a produce answer
+// NOT_LEADER_OR_FOLLOWER (v10+), with the leader's endpoint.
+func (cl *cluster) produceLeaderHint(resp *kmsg.ProduceResponse, sp *kmsg.ProduceResponseTopicPartition, r *replicaRole) {
+	id, epoch, b := cl.currentLeader(r)
+	sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = id, epoch
+	if b == nil || resp.Version < 10 {
+		return
+	}
+	for _, have := range resp.Brokers {
+		if have.NodeID == b.ID {
+			return
+		}
+	}
+	rb := kmsg.NewProduceResponseBroker()
+	rb.NodeID, rb.Host, rb.Port = b.ID, b.Host, b.Port
+	if b.Rack != "" {
+		rb.Rack = kmsg.StringPtr(b.Rack)
+	}
+	resp.Brokers = append(resp.Brokers, rb)
+}
+
+// fetchLeaderHint is produceLeaderHint for Fetch (v12+ current leader,
+// v16+ endpoints).
+func (cl *cluster) fetchLeaderHint(resp *kmsg.FetchResponse, sp *kmsg.FetchResponseTopicPartition, r *replicaRole) {
+	id, epoch, b := cl.currentLeader(r)
+	sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = id, epoch
+	if b == nil || resp.Version < 16 {
+		return
+	}
+	for _, have := range resp.Brokers {
+		if have.NodeID == b.ID {
+			return
+		}
+	}
+	rb := kmsg.NewFetchResponseBroker()
+	rb.NodeID, rb.Host, rb.Port = b.ID, b.Host, b.Port
+	if b.Rack != "" {
+		rb.Rack = kmsg.StringPtr(b.Rack)
+	}
+	resp.Brokers = append(resp.Brokers, rb)
+}

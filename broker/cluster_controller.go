@@ -1,0 +1,156 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/synapsebroker/synapse/coord"
+)
+
+// The controller: one broker at a time, chosen by etcd election. It holds
+// no state of its own: at every view (and every second) it writes what the
+// view needs, each write a compare-and-swap on the partition's state and
+// fenced by its election revision, so a deposed controller changes
+// nothing.
+//   - A partition of a topic with no state yet gets its replicas
+//     (round-robin over the live brokers from a per-topic start) and epoch 0.
+//   - A partition whose leader is gone gets the first live ISR member as
+//     leader at epoch+1; with none, no leader (epoch+1): it waits for an ISR
+//     member to come back (no unclean election).
+//   - Dead brokers leave the ISR (never its last member).
+//   - A partition with no leader whose ISR member is back gets it.
+
+// campaign runs for controller for as long as the broker is in the
+// cluster, and controls while elected.
+func (cl *cluster) campaign() {
+	for cl.ctx.Err() == nil {
+		lead, err := cl.co.Campaign(cl.ctx, cl.id)
+		if err != nil {
+			if cl.ctx.Err() != nil || errors.Is(err, coord.ErrSessionLost) {
+				return
+			}
+			cl.logger.Warn("controller campaign", zap.Error(err))
+			sleepCtx(cl.ctx, time.Second)
+			continue
+		}
+		cl.controller.Store(true)
+		cl.logger.Info("controller")
+		cl.control(lead)
+		cl.controller.Store(false)
+		return // the session is gone: this broker leads nothing any more
+	}
+}
+
+// control acts on every view until the session ends.
+func (cl *cluster) control(lead *coord.Leadership) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		ch := cl.viewChanged()
+		if v := cl.currentView(); v != nil {
+			cl.controlOnce(lead, v)
+		}
+		select {
+		case <-cl.ctx.Done():
+			return
+		case <-cl.co.Done():
+			return
+		case <-ch:
+		case <-tick.C:
+		}
+	}
+}
+
+// controlOnce writes the partition states v calls for.
+func (cl *cluster) controlOnce(lead *coord.Leadership, v *coord.View) {
+	live := liveBrokers(v)
+	alive := func(id int32) bool { _, ok := v.Brokers[id]; return ok }
+	var ups []coord.PartUpdate
+	for name, t := range v.Topics {
+		for i := int32(0); i < t.Info.Partitions; i++ {
+			k := coord.PartKey{Topic: name, Partition: i}
+			part, ok := v.Parts[k]
+			if !ok {
+				if st, ok := assignReplicas(name, i, t.Info.RF, live); ok {
+					ups = append(ups, coord.PartUpdate{Key: k, State: st})
+				}
+				continue
+			}
+			if st, changed := electFor(part.State, alive); changed {
+				ups = append(ups, coord.PartUpdate{Key: k, State: st, ModRev: part.ModRev})
+			}
+		}
+	}
+	if len(ups) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(cl.ctx, 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := cl.co.SetParts(ctx, ups, lead.Fence())
+	if err != nil {
+		cl.logger.Info("controller writes not made (retried at the next view)", zap.Int("partitions", len(ups)), zap.Error(err))
+		return
+	}
+	for _, u := range ups {
+		cl.logger.Info("partition state", zap.String("topic", u.Key.Topic), zap.Int32("partition", u.Key.Partition),
+			zap.Int32("leader", u.State.Leader), zap.Int32("leader_epoch", u.State.Epoch), zap.Int32s("isr", u.State.ISR))
+	}
+	cl.logger.Debug("controller wrote", zap.Int("partitions", len(ups)), zap.Duration("took", time.Since(start)))
+}
+
+// assignReplicas places a new partition's rf replicas on the live brokers:
+// round-robin from a start derived from the topic name, so topics spread.
+func assignReplicas(topic string, p, rf int32, live []coord.BrokerInfo) (coord.PartState, bool) {
+	n := int32(len(live))
+	if n == 0 {
+		return coord.PartState{}, false
+	}
+	rf = min(max(rf, 1), n)
+	h := fnv.New32a()
+	h.Write([]byte(topic))
+	start := int32(h.Sum32() % uint32(n))
+	reps := make([]int32, rf)
+	for j := int32(0); j < rf; j++ {
+		reps[j] = live[(start+p+j)%n].ID
+	}
+	isr := slices.Clone(reps)
+	slices.Sort(isr)
+	return coord.PartState{Leader: reps[0], Epoch: 0, Replicas: reps, ISR: isr}, true
+}
+
+// electFor returns the state st should move to given who is alive, and
+// whether it changes.
+func electFor(st coord.PartState, alive func(int32) bool) (coord.PartState, bool) {
+	isr := make([]int32, 0, len(st.ISR))
+	for _, id := range st.ISR {
+		if alive(id) {
+			isr = append(isr, id)
+		}
+	}
+	leaderOK := st.Leader >= 0 && alive(st.Leader) && slices.Contains(st.ISR, st.Leader)
+	if leaderOK {
+		if len(isr) == len(st.ISR) {
+			return st, false
+		}
+		return coord.PartState{Leader: st.Leader, Epoch: st.Epoch, Replicas: st.Replicas, ISR: isr}, true
+	}
+	// A new leader: the first replica (the preferred order) in the ISR and
+	// alive.
+	for _, id := range st.Replicas {
+		if alive(id) && slices.Contains(st.ISR, id) {
+			return coord.PartState{Leader: id, Epoch: st.Epoch + 1, Replicas: st.Replicas, ISR: isr}, true
+		}
+	}
+	if st.Leader == -1 {
+		return st, false // offline already: wait for an ISR member
+	}
+	// Nobody in the ISR is alive: offline, keeping the ISR it had (its
+	// members hold every committed record).
+	return coord.PartState{Leader: -1, Epoch: st.Epoch + 1, Replicas: st.Replicas, ISR: st.ISR}, true
+}

@@ -1,0 +1,217 @@
+package compattests
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// A cluster of real `synapse serve --cluster` processes on loopback over a
+// real etcd process (ETCD_BIN: etcd's own server, which make tools builds
+// from the version go.mod pins).
+
+// etcdProc is one etcd member this test started.
+type etcdProc struct {
+	cmd    *exec.Cmd
+	url    string
+	dir    string
+	log    *os.File
+	exited chan struct{}
+}
+
+// startEtcd starts a one-member etcd for t (stopped when t ends).
+func startEtcd(t testing.TB) *etcdProc {
+	t.Helper()
+	bin := os.Getenv("ETCD_BIN")
+	if bin == "" {
+		skipUnlessRequired(t, "ETCD_BIN is not set: make tools builds etcd into ~/.cache/synapse-tools/bin/etcd")
+	}
+	ports := freePorts(t, 2)
+	dir := t.TempDir()
+	e := &etcdProc{url: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), dir: dir, exited: make(chan struct{})}
+	peer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	f, err := os.Create(filepath.Join(dir, "etcd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.log = f
+	e.cmd = exec.Command(bin, "--name", "e0", "--data-dir", filepath.Join(dir, "data"),
+		"--listen-client-urls", e.url, "--advertise-client-urls", e.url,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+		"--initial-cluster", "e0="+peer, "--log-level", "warn",
+		"--auto-compaction-mode", "periodic", "--auto-compaction-retention", "5m")
+	e.cmd.Stdout, e.cmd.Stderr = f, f
+	if err := e.cmd.Start(); err != nil {
+		t.Fatalf("start etcd: %v", err)
+	}
+	go func() { e.cmd.Wait(); close(e.exited) }()
+	t.Cleanup(func() {
+		e.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-e.exited:
+		case <-time.After(10 * time.Second):
+			e.cmd.Process.Kill()
+			<-e.exited
+		}
+		if t.Failed() {
+			dumpLogFile(t, filepath.Join(dir, "etcd.log"))
+		}
+		f.Close()
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(e.url + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return e
+			}
+		}
+		select {
+		case <-e.exited:
+			dumpLogFile(t, filepath.Join(dir, "etcd.log"))
+			t.Fatal("etcd exited while starting")
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("etcd not healthy after 30 s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// synCluster is N brokers of one cluster.
+type synCluster struct {
+	name    string
+	etcd    *etcdProc
+	brokers []*synapseBroker // by node id
+}
+
+// startSynCluster starts n brokers (node ids 0..n-1) over a new etcd.
+func startSynCluster(t testing.TB, n int, extra ...string) *synCluster {
+	t.Helper()
+	bin := os.Getenv("SYNAPSE_BIN")
+	if bin == "" {
+		skipUnlessRequired(t, "SYNAPSE_BIN is not set: build the broker (make build)")
+	}
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &synCluster{name: "c" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36), etcd: startEtcd(t)}
+	var wg sync.WaitGroup
+	c.brokers = make([]*synapseBroker, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.brokers[i] = startSynapseWith(t, abs, func(b *synapseBroker) {
+				b.extraArgs = append([]string{"--cluster", c.name, "--etcd", c.etcd.url,
+					"--node-id", strconv.Itoa(i), "--session-ttl", "3s", "--log-level", "info"}, extra...)
+			})
+		}()
+	}
+	wg.Wait()
+	c.waitBrokers(t, n)
+	return c
+}
+
+// seeds are every broker's address.
+func (c *synCluster) seeds() []string {
+	out := make([]string, len(c.brokers))
+	for i, b := range c.brokers {
+		out[i] = b.Addr()
+	}
+	return out
+}
+
+// admin is a kadm client over every broker.
+func (c *synCluster) admin(t testing.TB) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.seeds()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
+}
+
+// waitBrokers waits until Metadata lists n live brokers.
+func (c *synCluster) waitBrokers(t testing.TB, n int) {
+	t.Helper()
+	adm := c.admin(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		m, err := adm.Metadata(ctx)
+		cancel()
+		if err == nil && len(m.Brokers) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster: want %d live brokers, metadata: %v (err %v)", n, m.Brokers, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// partitionState is one partition's leader, epoch and ISR from Metadata.
+type partitionState struct {
+	leader, epoch int32
+	isr           []int32
+}
+
+// states reads topic's partitions from Metadata.
+func (c *synCluster) states(t testing.TB, adm *kadm.Client, topic string) (map[int32]partitionState, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	m, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	td, ok := m.Topics[topic]
+	if !ok || td.Err != nil {
+		return nil, fmt.Errorf("topic %s: %v", topic, td.Err)
+	}
+	out := map[int32]partitionState{}
+	for p, pd := range td.Partitions {
+		out[p] = partitionState{leader: pd.Leader, epoch: pd.LeaderEpoch, isr: pd.ISR}
+	}
+	return out, nil
+}
+
+// waitISR waits until every partition of topic has a leader and an ISR of
+// size want.
+func (c *synCluster) waitISR(t testing.TB, topic string, want int, within time.Duration) {
+	t.Helper()
+	adm := c.admin(t)
+	deadline := time.Now().Add(within)
+	for {
+		st, err := c.states(t, adm, topic)
+		ok := err == nil && len(st) > 0
+		for _, s := range st {
+			if s.leader < 0 || len(s.isr) != want {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("topic %s: ISR not %d within %s: %v (err %v)", topic, want, within, st, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,273 @@
+package compattests
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ackLog records every acknowledged record: partition, offset, value.
+type ackLog struct {
+	mu    sync.Mutex
+	acks  map[int32]map[int64]string
+	fails atomic.Int64
+	// lastAck per partition (for failover time).
+	last map[int32]time.Time
+}
+
+func newAckLog() *ackLog {
+	return &ackLog{acks: map[int32]map[int64]string{}, last: map[int32]time.Time{}}
+}
+
+func (a *ackLog) add(r *kgo.Record) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m := a.acks[r.Partition]
+	if m == nil {
+		m = map[int64]string{}
+		a.acks[r.Partition] = m
+	}
+	if v, ok := m[r.Offset]; ok && v != string(r.Value) {
+		return fmt.Errorf("partition %d offset %d acknowledged twice: %q and %q", r.Partition, r.Offset, v, r.Value)
+	}
+	m[r.Offset] = string(r.Value)
+	a.last[r.Partition] = time.Now()
+	return nil
+}
+
+func (a *ackLog) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, m := range a.acks {
+		n += len(m)
+	}
+	return n
+}
+
+// firstAckAfter is, for partition p, the time of the first ack recorded at
+// or after t0 by the callback (the producers record times in order).
+type ackTimes struct {
+	mu    sync.Mutex
+	times map[int32][]time.Time
+}
+
+func (at *ackTimes) add(p int32, t time.Time) {
+	at.mu.Lock()
+	at.times[p] = append(at.times[p], t)
+	at.mu.Unlock()
+}
+
+func (at *ackTimes) firstAfter(p int32, t0 time.Time) (time.Time, bool) {
+	at.mu.Lock()
+	defer at.mu.Unlock()
+	for _, t := range at.times[p] {
+		if !t.Before(t0) {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// runProducers produces until stop is closed: idempotent, acks=all, every
+// value unique, round-robin over partitions; every ack is recorded.
+func runProducers(t *testing.T, seeds []string, topic string, partitions int32, n int, acks *ackLog, times *ackTimes, stop <-chan struct{}) *sync.WaitGroup {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range n {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(topic),
+			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RequiredAcks(kgo.AllISRAcks()),
+			kgo.ProduceRequestTimeout(5*time.Second), kgo.RecordDeliveryTimeout(60*time.Second),
+			kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond }),
+			kgo.MetadataMinAge(100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer cl.Close()
+			var inner sync.WaitGroup
+			for seq := 0; ; seq++ {
+				select {
+				case <-stop:
+					inner.Wait()
+					return
+				default:
+				}
+				r := &kgo.Record{Partition: int32(seq) % partitions, Value: fmt.Appendf(nil, "p%d-%d", i, seq)}
+				inner.Add(1)
+				cl.Produce(context.Background(), r, func(r *kgo.Record, err error) {
+					defer inner.Done()
+					if err != nil {
+						acks.fails.Add(1)
+						return
+					}
+					times.add(r.Partition, time.Now())
+					if err := acks.add(r); err != nil {
+						t.Error(err)
+					}
+				})
+				time.Sleep(300 * time.Microsecond)
+			}
+		}()
+	}
+	return &wg
+}
+
+// verifyAcked reads every partition from the start to its high watermark
+// and checks each acknowledged record at its offset, each value once, and
+// leader epochs that never go down along the log.
+func verifyAcked(t *testing.T, seeds []string, topic string, partitions int32, acks *ackLog) {
+	t.Helper()
+	acl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer acl.Close()
+	adm := kadm.NewClient(acl)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int32]int64{}
+	offsets := map[string]map[int32]kgo.Offset{topic: {}}
+	for p := int32(0); p < partitions; p++ {
+		o, ok := ends.Lookup(topic, p)
+		if !ok || o.Err != nil {
+			t.Fatalf("end offset of %d: %v", p, o.Err)
+		}
+		want[p] = o.Offset
+		offsets[topic][p] = kgo.NewOffset().AtStart()
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumePartitions(offsets), kgo.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	got := map[int32]map[int64]string{}
+	seen := map[string]string{}
+	lastEpoch := map[int32]int32{}
+	next := map[int32]int64{}
+	done := func() bool {
+		for p, end := range want {
+			if next[p] < end {
+				return false
+			}
+		}
+		return true
+	}
+	for !done() {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading back: %v (at %v, want %v)", ctx.Err(), next, want)
+		}
+		fs.EachError(func(_ string, p int32, err error) { t.Logf("fetch partition %d: %v", p, err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			m := got[r.Partition]
+			if m == nil {
+				m = map[int64]string{}
+				got[r.Partition] = m
+			}
+			if v, ok := m[r.Offset]; ok && v != string(r.Value) {
+				t.Errorf("partition %d offset %d read as %q and %q", r.Partition, r.Offset, v, r.Value)
+			}
+			m[r.Offset] = string(r.Value)
+			where := fmt.Sprintf("%d@%d", r.Partition, r.Offset)
+			if w, ok := seen[string(r.Value)]; ok && w != where {
+				t.Errorf("value %q at %s and %s (a duplicate)", r.Value, w, where)
+			}
+			seen[string(r.Value)] = where
+			if r.LeaderEpoch < lastEpoch[r.Partition] {
+				t.Errorf("partition %d offset %d: leader epoch %d after %d", r.Partition, r.Offset, r.LeaderEpoch, lastEpoch[r.Partition])
+			}
+			lastEpoch[r.Partition] = r.LeaderEpoch
+			next[r.Partition] = r.Offset + 1
+		})
+	}
+	acks.mu.Lock()
+	defer acks.mu.Unlock()
+	lost := 0
+	for p, m := range acks.acks {
+		for off, v := range m {
+			if got[p][off] != v {
+				if lost < 10 {
+					t.Errorf("acknowledged %q at %d@%d, read %q", v, p, off, got[p][off])
+				}
+				lost++
+			}
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d acknowledged records not read back at their offsets", lost)
+	}
+}
+
+// TestClusterKillLeaderUnderLoad: three brokers, a topic of RF 3; two
+// idempotent acks=all producers run while the leader of partition 0 is
+// killed with SIGKILL and, later, restarted. Every acknowledged record is
+// read back at its offset exactly once; the failover time (kill to the
+// first ack on each partition the dead broker led) is logged.
+func TestClusterKillLeaderUnderLoad(t *testing.T) {
+	c := startSynCluster(t, 3)
+	const topic, partitions = "load", int32(6)
+	adm := c.admin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := adm.CreateTopic(ctx, partitions, 3, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	c.waitISR(t, topic, 3, 20*time.Second)
+	acks, times := newAckLog(), &ackTimes{times: map[int32][]time.Time{}}
+	stop := make(chan struct{})
+	wg := runProducers(t, c.seeds(), topic, partitions, 2, acks, times, stop)
+	time.Sleep(3 * time.Second)
+	st, err := c.states(t, adm, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := st[0].leader
+	var led []int32
+	for p, s := range st {
+		if s.leader == victim {
+			led = append(led, p)
+		}
+	}
+	sort.Slice(led, func(i, j int) bool { return led[i] < led[j] })
+	before := acks.count()
+	killed := time.Now()
+	c.brokers[victim].Kill9(t)
+	t.Logf("killed broker %d (leader of partitions %v) after %d acks", victim, led, before)
+	time.Sleep(8 * time.Second)
+	var worst time.Duration
+	for _, p := range led {
+		at, ok := times.firstAfter(p, killed)
+		if !ok {
+			t.Errorf("partition %d: no acknowledged produce in 8 s after its leader's kill", p)
+			continue
+		}
+		d := at.Sub(killed)
+		worst = max(worst, d)
+		t.Logf("partition %d: failover %s (kill to first ack)", p, d.Round(time.Millisecond))
+	}
+	t.Logf("failover: worst %s over %d partitions", worst.Round(time.Millisecond), len(led))
+	c.brokers[victim].Start(t)
+	time.Sleep(3 * time.Second)
+	close(stop)
+	wg.Wait()
+	c.waitISR(t, topic, 3, 30*time.Second)
+	t.Logf("%d records acknowledged, %d failed", acks.count(), acks.fails.Load())
+	if acks.count() <= before {
+		t.Fatalf("no record acknowledged after the kill")
+	}
+	verifyAcked(t, c.seeds(), topic, partitions, acks)
+}
