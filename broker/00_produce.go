@@ -124,7 +124,8 @@ func (s *Server) handleProduce(c *conn, req *kmsg.ProduceRequest) (kmsg.Response
 					}
 					epoch, role = r.epoch, r
 				}
-				next, txnEnd, err := s.produceTo(p, rp.Records, &sp, req.TransactionID, epoch)
+				var truncs uint64
+				next, txnEnd, err := s.produceTo(p, rp.Records, &sp, req.TransactionID, epoch, &truncs)
 				if err != nil {
 					sp.ErrorCode = s.produceErrorCode(err)
 					sp.ErrorMessage = kmsg.StringPtr(err.Error())
@@ -135,10 +136,7 @@ func (s *Server) handleProduce(c *conn, req *kmsg.ProduceRequest) (kmsg.Response
 					break
 				}
 				if (req.Acks == -1 || req.Acks == 1 && s.store.Durable()) && next > 0 {
-					w := durableWait{len(resp.Topics), len(st.Partitions), p, next, txnEnd, nil}
-					if req.Acks == -1 {
-						w.role = role
-					}
+					w := durableWait{len(resp.Topics), len(st.Partitions), p, next, txnEnd, role, truncs, req.Acks == -1}
 					waits = append(waits, w)
 				}
 			}
@@ -167,9 +165,12 @@ type durableWait struct {
 	// transaction log is durable up to here too (the record that added
 	// the partition to the transaction).
 	txnEnd int64
-	// role, in cluster mode with acks=all: the leadership the records
-	// were appended under; answered once the ISR has them.
-	role *replicaRole
+	// role, in cluster mode: the leadership the records were appended
+	// under, and truncs the log's truncation count then; with all (acks=-1)
+	// answered once the ISR has them.
+	role   *replicaRole
+	truncs uint64
+	all    bool
 }
 
 // deferredProduce is an acks=all produce response whose records are
@@ -186,9 +187,12 @@ type deferredProduce struct {
 func (d *deferredProduce) finish() *kmsg.ProduceResponse {
 	for _, w := range d.waits {
 		var err error
-		if w.role != nil {
-			err = d.s.cl.waitCommitted(w.p, w.next, w.role, d.timeout)
-		} else {
+		switch {
+		case w.role != nil && w.all:
+			err = d.s.cl.waitCommitted(w.p, w.next, w.role, w.truncs, d.timeout)
+		case w.role != nil:
+			err = d.s.cl.waitLocal(w.p, w.next, w.role, w.truncs)
+		default:
 			err = w.p.log.WaitDurable(w.next)
 		}
 		if err == nil && w.txnEnd > 0 {
@@ -228,7 +232,7 @@ func (s *Server) produceErrorCode(err error) int16 {
 // returns the offset to wait for (acks=-1), or 0 if there is nothing to wait
 // for (a duplicate that is already durable is still waited on: cheap), and
 // for a transactional batch the transaction log offset to wait for too.
-func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceResponseTopicPartition, txnID *string, epoch int32) (next, txnEnd int64, err error) {
+func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceResponseTopicPartition, txnID *string, epoch int32, truncs *uint64) (next, txnEnd int64, err error) {
 	if len(records) == 0 {
 		return 0, 0, errNoRecords
 	}
@@ -283,6 +287,7 @@ func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceRespons
 			if r := roleOf(p); !r.isLeader || r.epoch != epoch {
 				return errNotLeader
 			}
+			*truncs = p.log.Truncations() // under p.mu, before the append
 			return nil
 		}
 	}

@@ -30,6 +30,8 @@ func (s *Server) handleDeleteRecords(c *conn, req *kmsg.DeleteRecordsRequest) (k
 				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
 			} else if p == nil {
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			} else if lc := s.leaderCode(p); lc != 0 {
+				sp.ErrorCode = lc // cluster mode: the leader deletes; followers follow its log start
 			} else if lw, err := p.log.DeleteRecordsBefore(rp.Offset); err != nil {
 				sp.ErrorCode = s.errorCode(err)
 			} else {

@@ -40,6 +40,12 @@ func (s *Server) handleInitProducerID(c *conn, req *kmsg.InitProducerIDRequest) 
 			resp.ErrorCode = kerr.InvalidRequest.Code // as Kafka: an empty id is no id
 			return resp, nil
 		}
+		if s.cl != nil {
+			// Not yet: the coordinator's state and its markers do not
+			// move with partitions (docs/cluster.md).
+			resp.ErrorCode = kerr.InvalidRequest.Code
+			return resp, nil
+		}
 		reqPID, reqEpoch := int64(-1), int16(-1)
 		if req.Version >= 3 {
 			reqPID, reqEpoch = req.ProducerID, req.ProducerEpoch

@@ -131,7 +131,7 @@ func (s *Server) applyConfigs(rtype kmsg.ConfigResourceType, name string, change
 	if validateOnly {
 		return 0, nil
 	}
-	if err := s.reg.setConfigs(t, next); err != nil {
+	if err := s.setTopicConfigs(t, next); err != nil {
 		return s.errorCode(err), kmsg.StringPtr(err.Error())
 	}
 	return 0, nil

@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"errors"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -22,11 +24,14 @@ func (s *Server) handleCreatePartitions(c *conn, req *kmsg.CreatePartitionsReque
 			st.ErrorCode = kerr.TopicAuthorizationFailed.Code
 		case t == nil:
 			st.ErrorCode = kerr.UnknownTopicOrPartition.Code
-		case !s.createAssignmentIsSelf(rt.Assignment):
+		case s.cl != nil && len(rt.Assignment) > 0:
+			st.ErrorCode = kerr.InvalidReplicaAssignment.Code
+			st.ErrorMessage = kmsg.StringPtr("replica assignments are not supported yet in cluster mode: the controller places replicas")
+		case s.cl == nil && !s.createAssignmentIsSelf(rt.Assignment):
 			st.ErrorCode = kerr.InvalidReplicaAssignment.Code
 			st.ErrorMessage = kmsg.StringPtr("this cluster has one broker; assignments may only name it")
 		default:
-			if err := s.reg.addPartitions(t, rt.Count, req.ValidateOnly); err != nil {
+			if err := s.growTopic(t, rt.Count, req.ValidateOnly); err != nil && !errors.Is(err, errValidated) {
 				st.ErrorCode = kerr.InvalidPartitions.Code
 				st.ErrorMessage = kmsg.StringPtr(err.Error())
 			}

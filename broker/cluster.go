@@ -61,7 +61,8 @@ type cluster struct {
 	cfg    ClusterConfig
 	id     int32
 	logger *zap.Logger
-	co     *coord.Client
+	coMu   sync.Mutex
+	co     *coord.Client // the current session's (client)
 
 	view    atomic.Pointer[coord.View]
 	viewMu  sync.Mutex
@@ -72,6 +73,11 @@ type cluster struct {
 	fetchers map[int32]*replicaFetcher // by leader id
 
 	controller atomic.Bool
+	// rebalancedAt: the controller's last preferred-leader pass
+	// (controller goroutine only).
+	rebalancedAt time.Time
+	// hwStart: the replication checkpoint read at start (cluster_replica.go).
+	hwStart map[string]int64
 
 	pidMu   sync.Mutex
 	pidNext int64
@@ -109,6 +115,9 @@ type followerState struct {
 	leo      int64 // its fetch offset: durable there
 	caughtUp time.Time
 	fetched  time.Time // its last fetch
+	// sentEnd: the leader's durable end as of the last answer, at sentAt.
+	sentEnd int64
+	sentAt  time.Time
 }
 
 var (
@@ -140,11 +149,11 @@ func startCluster(s *Server, cfg ClusterConfig) (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl.co = co
 	if err := cl.checkDataDir(co.ClusterID()); err != nil {
 		co.Close()
 		return nil, err
 	}
+	cl.hwStart = cl.loadHWCheckpoint()
 	s.meta.mu.Lock()
 	s.meta.m.NodeID, s.meta.m.ClusterID = cfg.NodeID, co.ClusterID()
 	s.meta.mu.Unlock()
@@ -154,28 +163,12 @@ func startCluster(s *Server, cfg ClusterConfig) (*cluster, error) {
 	}
 	first := make(chan struct{})
 	var once sync.Once
-	cl.wg.Add(3)
-	go func() {
-		defer cl.wg.Done()
-		err := co.Watch(cl.ctx, func(v *coord.View) {
-			cl.apply(v)
-			once.Do(func() { close(first) })
-		})
-		if err != nil && cl.ctx.Err() == nil {
-			cl.logger.Error("etcd watch ended", zap.Error(err))
-		}
-	}()
-	go func() { defer cl.wg.Done(); cl.campaign() }()
+	cl.setClient(co)
+	cl.wg.Add(2)
 	go func() { defer cl.wg.Done(); cl.isrLoop() }()
 	go func() {
-		select {
-		case <-co.Done():
-			if cl.ctx.Err() == nil {
-				cl.logger.Error("etcd session lost: this broker leads nothing until it restarts")
-				cl.dropLeadership()
-			}
-		case <-cl.ctx.Done():
-		}
+		defer cl.wg.Done()
+		cl.sessions(co, host, port, func() { once.Do(func() { close(first) }) })
 	}()
 	select {
 	case <-first:
@@ -186,6 +179,80 @@ func startCluster(s *Server, cfg ClusterConfig) (*cluster, error) {
 	cl.logger.Info("joined the cluster", zap.String("cluster", cfg.Name), zap.String("cluster_id", co.ClusterID()),
 		zap.Int32("node_id", cfg.NodeID), zap.String("advertise", cfg.Advertise))
 	return cl, nil
+}
+
+func (cl *cluster) client() *coord.Client {
+	cl.coMu.Lock()
+	defer cl.coMu.Unlock()
+	return cl.co
+}
+
+func (cl *cluster) setClient(co *coord.Client) {
+	cl.coMu.Lock()
+	cl.co = co
+	cl.coMu.Unlock()
+}
+
+// sessions runs the broker's etcd sessions one after another: the watch
+// and the controller campaign of each, until the session ends; then this
+// broker stops leading at once (another broker may lead by now), and joins
+// again with a new session (a new incarnation). ready is called at the
+// first view.
+func (cl *cluster) sessions(co *coord.Client, host string, port int32, ready func()) {
+	backoff := 100 * time.Millisecond
+	for {
+		ctx, cancel := context.WithCancel(cl.ctx)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			err := co.Watch(ctx, func(v *coord.View) {
+				cl.apply(v)
+				ready()
+			})
+			if err != nil && ctx.Err() == nil {
+				cl.logger.Error("etcd watch ended", zap.Error(err))
+			}
+		}()
+		go func() { defer wg.Done(); cl.campaign(ctx, co) }()
+		select {
+		case <-co.Done():
+		case <-cl.ctx.Done():
+		}
+		cancel()
+		wg.Wait()
+		if cl.ctx.Err() != nil {
+			return
+		}
+		cl.logger.Error("etcd session lost: leading nothing until a new session is registered")
+		cl.dropLeadership()
+		co.Close()
+		for {
+			var err error
+			dctx, dcancel := context.WithTimeout(cl.ctx, 10*time.Second)
+			co, err = coord.Dial(dctx, coord.Config{Endpoints: cl.cfg.Etcd, Cluster: cl.cfg.Name, TTL: cl.cfg.SessionTTL, Logger: cl.logger.Named("etcd")})
+			if err == nil {
+				if err = co.Register(dctx, coord.BrokerInfo{ID: cl.id, Host: host, Port: port, Rack: cl.cfg.Rack}); err != nil {
+					co.Close()
+				}
+			}
+			dcancel()
+			if err == nil {
+				break
+			}
+			if cl.ctx.Err() != nil {
+				return
+			}
+			cl.logger.Warn("rejoin the cluster", zap.Error(err))
+			if !sleepCtx(cl.ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, 5*time.Second)
+		}
+		backoff = 100 * time.Millisecond
+		cl.setClient(co)
+		cl.logger.Info("rejoined the cluster with a new session", zap.Int64("incarnation", co.LeaseID()))
+	}
 }
 
 // checkDataDir makes sure the data directory belongs to this cluster (or
@@ -228,12 +295,17 @@ func (cl *cluster) checkDataDir(clusterID string) error {
 func (cl *cluster) close() {
 	cl.cancel()
 	cl.fetchMu.Lock()
+	var stopped []*replicaFetcher
 	for id, f := range cl.fetchers {
 		f.stop()
+		stopped = append(stopped, f)
 		delete(cl.fetchers, id)
 	}
 	cl.fetchMu.Unlock()
-	cl.co.Close()
+	for _, f := range stopped {
+		<-f.done // no append races the partitions' close
+	}
+	cl.client().Close()
 	cl.wg.Wait()
 }
 
@@ -337,7 +409,7 @@ func (cl *cluster) setRole(p *partition, part coord.Part, present bool) {
 		return
 	}
 	if !p.log.Replicated() {
-		if err := p.log.SetReplicated(0); err != nil {
+		if err := p.log.SetReplicated(cl.hwStart[hwKey(p)]); err != nil {
 			cl.logger.Error("replicated mode", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
 		}
 	}
@@ -433,7 +505,7 @@ func (cl *cluster) nextProducerID(ctx context.Context) (int64, error) {
 	cl.pidMu.Lock()
 	defer cl.pidMu.Unlock()
 	if cl.pidNext >= cl.pidEnd {
-		first, err := cl.co.AllocProducerIDs(ctx, producerIDBlock)
+		first, err := cl.client().AllocProducerIDs(ctx, producerIDBlock)
 		if err != nil {
 			return -1, err
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -36,6 +37,9 @@ func (cl *cluster) createTopic(ctx context.Context, name string, partitions, rf 
 	if err := cl.s.reg.validateTopic(name, partitions, configs); err != nil {
 		return nil, err
 	}
+	if compacted(configs) {
+		return nil, errCompactCluster
+	}
 	if rf == -1 {
 		rf = cl.defaultRF()
 	}
@@ -52,7 +56,7 @@ func (cl *cluster) createTopic(ctx context.Context, name string, partitions, rf 
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, err
 	}
-	err := cl.co.CreateTopic(ctx, coord.TopicInfo{Name: name, ID: hex.EncodeToString(id[:]), Partitions: partitions, RF: rf, Configs: configs})
+	err := cl.client().CreateTopic(ctx, coord.TopicInfo{Name: name, ID: hex.EncodeToString(id[:]), Partitions: partitions, RF: rf, Configs: configs})
 	if errors.Is(err, coord.ErrExists) {
 		return nil, errTopicExists
 	}
@@ -80,7 +84,7 @@ func (cl *cluster) createTopic(ctx context.Context, name string, partitions, rf 
 
 // deleteTopic deletes a topic in etcd and waits for it to be gone here.
 func (cl *cluster) deleteTopic(ctx context.Context, t *topic) error {
-	err := cl.co.DeleteTopic(ctx, t.name)
+	err := cl.client().DeleteTopic(ctx, t.name)
 	if errors.Is(err, coord.ErrNotFound) {
 		return nil // gone already
 	}
@@ -203,4 +207,89 @@ func (cl *cluster) fetchLeaderHint(resp *kmsg.FetchResponse, sp *kmsg.FetchRespo
 		rb.Rack = kmsg.StringPtr(b.Rack)
 	}
 	resp.Brokers = append(resp.Brokers, rb)
+}
+
+// updateTopic changes a topic's partition count or configs in etcd
+// (compare-and-swap on its key, retried on a race) and waits until this
+// broker applied it.
+func (cl *cluster) updateTopic(ctx context.Context, t *topic, change func(*coord.TopicInfo) error) error {
+	for range 10 {
+		ct, ok := cl.currentView().Topics[t.name]
+		if !ok {
+			return errUnknownTopic
+		}
+		info := ct.Info
+		info.Configs = maps.Clone(info.Configs)
+		if err := change(&info); err != nil {
+			return err
+		}
+		err := cl.client().UpdateTopic(ctx, info, ct.ModRev)
+		if errors.Is(err, coord.ErrConflict) {
+			cl.waitFor(ctx, time.Second, func() bool { return cl.currentView().Topics[t.name].ModRev != ct.ModRev })
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		cl.waitFor(ctx, topicWait, func() bool {
+			return int32(len(cl.s.reg.partitionsOf(t))) >= info.Partitions && maps.Equal(cl.s.reg.configsOf(t), info.Configs)
+		})
+		return nil
+	}
+	return fmt.Errorf("topic %s: changed by others ten times in a row: retry", t.name)
+}
+
+// leaderCode is 0 on a single node, or where this broker leads p; else
+// the error to answer.
+func (s *Server) leaderCode(p *partition) int16 {
+	if s.cl == nil {
+		return 0
+	}
+	code, _ := s.cl.leaderCheck(p, -1)
+	return code
+}
+
+// errCompactCluster: compaction is not replicated yet (a cleaned leader's
+// segments have offset gaps a follower cannot append yet).
+var errCompactCluster = errors.New("cleanup.policy=compact is not supported in cluster mode yet")
+
+// errUnknownTopic: the topic is not in the cluster's view.
+var errUnknownTopic = errors.New("unknown topic")
+
+// growTopic raises a topic's partition count (CreatePartitions).
+func (s *Server) growTopic(t *topic, count int32, validateOnly bool) error {
+	if s.cl == nil {
+		return s.reg.addPartitions(t, count, validateOnly)
+	}
+	return s.cl.updateTopic(s.ctx, t, func(info *coord.TopicInfo) error {
+		if count <= info.Partitions {
+			return fmt.Errorf("topic has %d partitions; the new count %d must be larger", info.Partitions, count)
+		}
+		if count > maxPartitions {
+			return fmt.Errorf("partition count %d is above the limit %d", count, maxPartitions)
+		}
+		if validateOnly {
+			return errValidated
+		}
+		info.Partitions = count
+		return nil
+	})
+}
+
+// errValidated stops an update after its checks (validate only).
+var errValidated = errors.New("validated")
+
+// setTopicConfigs replaces a topic's configs (AlterConfigs,
+// IncrementalAlterConfigs).
+func (s *Server) setTopicConfigs(t *topic, configs map[string]string) error {
+	if s.cl == nil {
+		return s.reg.setConfigs(t, configs)
+	}
+	if compacted(configs) {
+		return errCompactCluster
+	}
+	return s.cl.updateTopic(s.ctx, t, func(info *coord.TopicInfo) error {
+		info.Configs = maps.Clone(configs)
+		return nil
+	})
 }

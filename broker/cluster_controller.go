@@ -27,38 +27,38 @@ import (
 
 // campaign runs for controller for as long as the broker is in the
 // cluster, and controls while elected.
-func (cl *cluster) campaign() {
-	for cl.ctx.Err() == nil {
-		lead, err := cl.co.Campaign(cl.ctx, cl.id)
+func (cl *cluster) campaign(ctx context.Context, co *coord.Client) {
+	for ctx.Err() == nil {
+		lead, err := co.Campaign(ctx, cl.id)
 		if err != nil {
-			if cl.ctx.Err() != nil || errors.Is(err, coord.ErrSessionLost) {
+			if ctx.Err() != nil || errors.Is(err, coord.ErrSessionLost) {
 				return
 			}
 			cl.logger.Warn("controller campaign", zap.Error(err))
-			sleepCtx(cl.ctx, time.Second)
+			sleepCtx(ctx, time.Second)
 			continue
 		}
 		cl.controller.Store(true)
 		cl.logger.Info("controller")
-		cl.control(lead)
+		cl.control(ctx, co, lead)
 		cl.controller.Store(false)
-		return // the session is gone: this broker leads nothing any more
+		return // the session is gone: a new one campaigns again
 	}
 }
 
 // control acts on every view until the session ends.
-func (cl *cluster) control(lead *coord.Leadership) {
+func (cl *cluster) control(ctx context.Context, co *coord.Client, lead *coord.Leadership) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		ch := cl.viewChanged()
 		if v := cl.currentView(); v != nil {
-			cl.controlOnce(lead, v)
+			cl.controlOnce(ctx, co, lead, v)
 		}
 		select {
-		case <-cl.ctx.Done():
+		case <-ctx.Done():
 			return
-		case <-cl.co.Done():
+		case <-co.Done():
 			return
 		case <-ch:
 		case <-tick.C:
@@ -67,9 +67,16 @@ func (cl *cluster) control(lead *coord.Leadership) {
 }
 
 // controlOnce writes the partition states v calls for.
-func (cl *cluster) controlOnce(lead *coord.Leadership, v *coord.View) {
+func (cl *cluster) controlOnce(ctx context.Context, co *coord.Client, lead *coord.Leadership, v *coord.View) {
 	live := liveBrokers(v)
 	alive := func(id int32) bool { _, ok := v.Brokers[id]; return ok }
+	// Preferred leaders (Kafka's auto.leader.rebalance.enable), at most
+	// every rebalanceEvery: a broker back in the ISR takes back the
+	// partitions it is the first replica of.
+	rebalance := time.Since(cl.rebalancedAt) >= rebalanceEvery
+	if rebalance {
+		cl.rebalancedAt = time.Now()
+	}
 	var ups []coord.PartUpdate
 	for name, t := range v.Topics {
 		for i := int32(0); i < t.Info.Partitions; i++ {
@@ -83,16 +90,20 @@ func (cl *cluster) controlOnce(lead *coord.Leadership, v *coord.View) {
 			}
 			if st, changed := electFor(part.State, alive); changed {
 				ups = append(ups, coord.PartUpdate{Key: k, State: st, ModRev: part.ModRev})
+			} else if rebalance {
+				if st, ok := preferLeader(part.State, alive); ok {
+					ups = append(ups, coord.PartUpdate{Key: k, State: st, ModRev: part.ModRev})
+				}
 			}
 		}
 	}
 	if len(ups) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(cl.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	start := time.Now()
-	err := cl.co.SetParts(ctx, ups, lead.Fence())
+	err := co.SetParts(ctx, ups, lead.Fence())
 	if err != nil {
 		cl.logger.Info("controller writes not made (retried at the next view)", zap.Int("partitions", len(ups)), zap.Error(err))
 		return
@@ -102,6 +113,23 @@ func (cl *cluster) controlOnce(lead *coord.Leadership, v *coord.View) {
 			zap.Int32("leader", u.State.Leader), zap.Int32("leader_epoch", u.State.Epoch), zap.Int32s("isr", u.State.ISR))
 	}
 	cl.logger.Debug("controller wrote", zap.Int("partitions", len(ups)), zap.Duration("took", time.Since(start)))
+}
+
+// rebalanceEvery is how often the controller moves leadership back to
+// preferred replicas.
+const rebalanceEvery = 10 * time.Second
+
+// preferLeader moves leadership to the first replica when it is alive and
+// in the ISR but not the leader.
+func preferLeader(st coord.PartState, alive func(int32) bool) (coord.PartState, bool) {
+	if len(st.Replicas) == 0 {
+		return st, false
+	}
+	pref := st.Replicas[0]
+	if st.Leader == pref || !alive(pref) || !slices.Contains(st.ISR, pref) {
+		return st, false
+	}
+	return coord.PartState{Leader: pref, Epoch: st.Epoch + 1, Replicas: st.Replicas, ISR: st.ISR}, true
 }
 
 // assignReplicas places a new partition's rf replicas on the live brokers:
@@ -153,4 +181,56 @@ func electFor(st coord.PartState, alive func(int32) bool) (coord.PartState, bool
 	// Nobody in the ISR is alive: offline, keeping the ISR it had (its
 	// members hold every committed record).
 	return coord.PartState{Leader: -1, Epoch: st.Epoch + 1, Replicas: st.Replicas, ISR: st.ISR}, true
+}
+
+// handOver moves the leadership of every partition this broker leads to
+// another live ISR member, at epoch + 1 and with this broker out of the
+// ISR (a controlled shutdown): clients move at once, instead of after the
+// session TTL. Each write is a CAS on the state the role came from, so a
+// change made meanwhile wins.
+func (cl *cluster) handOver(ctx context.Context) {
+	v := cl.currentView()
+	var ups []coord.PartUpdate
+	for _, t := range cl.s.reg.all() {
+		for _, p := range cl.s.reg.partitionsOf(t) {
+			r := roleOf(p)
+			if !r.isLeader {
+				continue
+			}
+			next := int32(-1)
+			for _, id := range r.replicas {
+				if _, ok := v.Brokers[id]; ok && id != cl.id && slices.Contains(r.isr, id) {
+					next = id
+					break
+				}
+			}
+			if next < 0 {
+				continue // nobody to take it: it goes offline with this broker
+			}
+			isr := slices.DeleteFunc(slices.Clone(r.isr), func(id int32) bool { return id == cl.id })
+			ups = append(ups, coord.PartUpdate{Key: coord.PartKey{Topic: t.name, Partition: p.index},
+				State: coord.PartState{Leader: next, Epoch: r.epoch + 1, Replicas: r.replicas, ISR: isr}, ModRev: r.modRev})
+		}
+	}
+	if len(ups) == 0 {
+		return
+	}
+	start := time.Now()
+	if err := cl.client().SetParts(ctx, ups); err != nil {
+		cl.logger.Warn("controlled shutdown: some leaderships not handed over (they move after the session ends)", zap.Error(err))
+	}
+	// Stop acting as leader where the view says so now.
+	cl.waitFor(ctx, 2*time.Second, func() bool {
+		for _, u := range ups {
+			t := cl.s.reg.get(u.Key.Topic)
+			if t == nil {
+				continue
+			}
+			if p := cl.s.reg.partition(t, u.Key.Partition); p != nil && roleOf(p).isLeader {
+				return false
+			}
+		}
+		return true
+	})
+	cl.logger.Info("controlled shutdown: leadership handed over", zap.Int("partitions", len(ups)), zap.Duration("took", time.Since(start)))
 }

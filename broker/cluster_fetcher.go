@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -32,6 +34,7 @@ import (
 type replicaFetcher struct {
 	cl     *cluster
 	leader int32
+	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
 
@@ -58,7 +61,7 @@ func (cl *cluster) follow(p *partition, r *replicaRole) {
 	f := cl.fetchers[r.leader]
 	if f == nil {
 		ctx, cancel := context.WithCancel(cl.ctx)
-		f = &replicaFetcher{cl: cl, leader: r.leader, cancel: cancel, done: make(chan struct{}),
+		f = &replicaFetcher{cl: cl, leader: r.leader, ctx: ctx, cancel: cancel, done: make(chan struct{}),
 			parts: map[*partition]*followed{}, kick: make(chan struct{}, 1)}
 		cl.fetchers[r.leader] = f
 		go f.run(ctx)
@@ -107,6 +110,20 @@ func (f *replicaFetcher) snapshot() map[*partition]followed {
 	}
 	return out
 }
+
+// owns reports whether this fetcher still fetches p at epoch, and the view
+// still makes p a follower of its leader at that epoch. p.mu held by the
+// caller: a fetcher replaced meanwhile (a new leader, a new epoch) must
+// not append or truncate any more, whatever it had in flight.
+func (f *replicaFetcher) owns(p *partition, epoch int32) bool {
+	f.mu.Lock()
+	st := f.parts[p]
+	f.mu.Unlock()
+	r := roleOf(p)
+	return st != nil && st.epoch == epoch && !r.isLeader && r.leader == f.leader && r.epoch == epoch && f.ctxErr() == nil
+}
+
+func (f *replicaFetcher) ctxErr() error { return f.ctx.Err() }
 
 // update changes p's entry if it is still the one for epoch.
 func (f *replicaFetcher) update(p *partition, epoch int32, fn func(*followed)) {
@@ -247,7 +264,7 @@ func (f *replicaFetcher) truncateAll(ctx context.Context, rc *peerConn, parts ma
 				}
 			}
 			if target < a.p.log.LogEndOffset() {
-				if err := f.cl.truncate(a.p, target); err != nil {
+				if err := f.cl.truncate(f, a.p, a.epoch, target); err != nil {
 					f.cl.logger.Error("truncate", zap.String("topic", a.p.topic.name), zap.Int32("partition", a.p.index), zap.Error(err))
 					f.update(a.p, a.epoch, func(s *followed) { s.paused = time.Now().Add(time.Second) })
 					continue
@@ -261,9 +278,12 @@ func (f *replicaFetcher) truncateAll(ctx context.Context, rc *peerConn, parts ma
 
 // truncate cuts p's log back to off and forgets the producer state of
 // what was cut.
-func (cl *cluster) truncate(p *partition, off int64) error {
+func (cl *cluster) truncate(f *replicaFetcher, p *partition, epoch int32, off int64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !f.owns(p, epoch) {
+		return errStaleFetcher
+	}
 	end, err := p.log.TruncateTo(off)
 	if err != nil {
 		return err
@@ -280,7 +300,35 @@ func (cl *cluster) truncate(p *partition, off int64) error {
 			delete(p.producers, id)
 		}
 	}
+	// The producer-state snapshot of a clean close may name batches cut
+	// away: the next open replays the log instead.
+	if err := os.Remove(filepath.Join(p.log.Dir(), producersFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
 	cl.logger.Info("truncated to the leader's log", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Int64("log_end", end))
+	return nil
+}
+
+// errStaleFetcher: the fetcher no longer fetches the partition at that
+// epoch (a new leader or epoch came meanwhile).
+var errStaleFetcher = errors.New("the partition moved to another leader or epoch")
+
+// resetTo starts p's log over at the leader's log start (its whole log
+// lies below it).
+func (cl *cluster) resetTo(f *replicaFetcher, p *partition, epoch int32, start int64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !f.owns(p, epoch) {
+		return errStaleFetcher
+	}
+	if err := p.log.ResetTo(start); err != nil {
+		return err
+	}
+	clear(p.producers)
+	if err := os.Remove(filepath.Join(p.log.Dir(), producersFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	cl.logger.Info("behind the leader's log start: log started over there", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Int64("log_start", start))
 	return nil
 }
 
@@ -317,6 +365,7 @@ func (f *replicaFetcher) fetchOnce(ctx context.Context, rc *peerConn, parts map[
 		rp.CurrentLeaderEpoch = st.epoch
 		rp.FetchOffset = p.log.DurableEnd()
 		rp.LogStartOffset = p.log.LogStartOffset()
+		rp.LastFetchedEpoch = lastBatchEpoch(p.log)
 		rp.PartitionMaxBytes = replicaFetchMaxBytes
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
 		asks = append(asks, asked{p, st.epoch})
@@ -341,7 +390,7 @@ func (f *replicaFetcher) fetchOnce(ctx context.Context, rc *peerConn, parts map[
 		return nil
 	}
 	var appended []*partition
-	var hws []int64
+	var hws, starts []int64
 	for _, rt := range resp.Topics {
 		for _, rp := range rt.Partitions {
 			a := find(rt.Topic, rp.Partition)
@@ -351,6 +400,13 @@ func (f *replicaFetcher) fetchOnce(ctx context.Context, rc *peerConn, parts map[
 			switch rp.ErrorCode {
 			case 0:
 			case kerr.OffsetOutOfRange.Code:
+				if rp.LogStartOffset > a.p.log.LogEndOffset() {
+					// The leader's log starts past this whole log.
+					if err := f.cl.resetTo(f, a.p, a.epoch, rp.LogStartOffset); err != nil {
+						f.cl.logger.Warn("start over at the leader's log start", zap.String("topic", a.p.topic.name), zap.Int32("partition", a.p.index), zap.Error(err))
+					}
+					continue
+				}
 				f.update(a.p, a.epoch, func(s *followed) { s.truncated = false })
 				continue
 			default:
@@ -359,13 +415,21 @@ func (f *replicaFetcher) fetchOnce(ctx context.Context, rc *peerConn, parts map[
 				f.update(a.p, a.epoch, func(s *followed) { s.paused = time.Now().Add(200 * time.Millisecond) })
 				continue
 			}
-			if err := f.cl.appendReplicated(a.p, rp.RecordBatches); err != nil {
+			if rp.DivergingEpoch.EndOffset >= 0 && rp.DivergingEpoch.Epoch >= 0 {
+				// The log diverged from the leader's: truncate by epoch again.
+				f.update(a.p, a.epoch, func(s *followed) { s.truncated = false })
+				continue
+			}
+			if err := f.cl.appendReplicated(f, a.p, a.epoch, rp.RecordBatches); errors.Is(err, errStaleFetcher) {
+				continue
+			} else if err != nil {
 				f.cl.logger.Warn("append replicated batches", zap.String("topic", a.p.topic.name), zap.Int32("partition", a.p.index), zap.Error(err))
 				f.update(a.p, a.epoch, func(s *followed) { s.truncated, s.paused = false, time.Now().Add(200*time.Millisecond) })
 				continue
 			}
 			appended = append(appended, a.p)
 			hws = append(hws, rp.HighWatermark)
+			starts = append(starts, rp.LogStartOffset)
 		}
 	}
 	for i, p := range appended {
@@ -375,6 +439,13 @@ func (f *replicaFetcher) fetchOnce(ctx context.Context, rc *peerConn, parts map[
 		if err := p.log.Commit(readCommittedEnd(p.log, hws[i])); err != nil {
 			return err
 		}
+		// The leader's DeleteRecords (and retention) move its log start:
+		// followers follow, within what is committed here.
+		if ls := min(starts[i], p.log.HighWatermark()); ls > p.log.LogStartOffset() {
+			if _, err := p.log.DeleteRecordsBefore(ls); err != nil {
+				f.cl.logger.Warn("follow the leader's log start", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
+			}
+		}
 	}
 	return nil
 }
@@ -382,9 +453,12 @@ func (f *replicaFetcher) fetchOnce(ctx context.Context, rc *peerConn, parts map[
 // appendReplicated appends a leader's batches as they are: at the
 // offsets the leader gave them (batches this log already has are
 // skipped), with their sequences recorded.
-func (cl *cluster) appendReplicated(p *partition, b []byte) error {
+func (cl *cluster) appendReplicated(f *replicaFetcher, p *partition, epoch int32, b []byte) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !f.owns(p, epoch) {
+		return errStaleFetcher
+	}
 	now := cl.s.cfg.Now().UnixMilli()
 	for len(b) > 0 {
 		if len(b) < log.BatchHeaderSize {

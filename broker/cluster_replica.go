@@ -2,7 +2,12 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
+	"maps"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -30,8 +35,12 @@ func registered(v *coord.View, id int32) bool {
 	return ok
 }
 
-// replicaFetchMaxBytes bounds one partition's bytes in a replica fetch.
-const replicaFetchMaxBytes = 1 << 20
+// replicaFetchMaxBytes bounds one partition's bytes in a replica fetch,
+// replicaFetchTotalBytes the response's.
+const (
+	replicaFetchMaxBytes   = 1 << 20
+	replicaFetchTotalBytes = 16 << 20
+)
 
 // handleReplicaFetch answers a follower's Fetch.
 func (cl *cluster) handleReplicaFetch(req *kmsg.FetchRequest) kmsg.Response {
@@ -61,6 +70,14 @@ func (cl *cluster) replicaFetchOnce(rid int32, req *kmsg.FetchRequest, record bo
 	resp := req.ResponseKind().(*kmsg.FetchResponse)
 	var total int64
 	var waitOn []<-chan struct{}
+	maxTotal := int64(replicaFetchTotalBytes)
+	if req.MaxBytes > 0 {
+		maxTotal = min(maxTotal, int64(req.MaxBytes))
+	}
+	if !registered(cl.currentView(), rid) {
+		resp.ErrorCode = kerr.NotLeaderForPartition.Code // not a broker of this cluster
+		return resp, 0, nil
+	}
 	for _, rt := range req.Topics {
 		st := kmsg.NewFetchResponseTopic()
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
@@ -91,9 +108,6 @@ func (cl *cluster) replicaFetchOnce(rid int32, req *kmsg.FetchRequest, record bo
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
-			if record {
-				cl.noteFollower(p, r, rid, rp.FetchOffset)
-			}
 			sp.HighWatermark = p.log.HighWatermark()
 			sp.LastStableOffset = sp.HighWatermark
 			sp.LogStartOffset = p.log.LogStartOffset()
@@ -102,11 +116,30 @@ func (cl *cluster) replicaFetchOnce(rid int32, req *kmsg.FetchRequest, record bo
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
-			waitOn = append(waitOn, p.log.Notify())
-			budget := min(int64(rp.PartitionMaxBytes), replicaFetchMaxBytes)
-			if budget <= 0 {
-				budget = replicaFetchMaxBytes
+			if rp.LastFetchedEpoch >= 0 && rp.FetchOffset > p.log.LogStartOffset() {
+				// KIP-320's check: the follower's log must end where this
+				// log's epoch LastFetchedEpoch does, or it diverged (it is
+				// told where, truncates, and is not counted meanwhile).
+				code, e, end := epochEndOffset(p.log, kmsg.OffsetForLeaderEpochRequestTopicPartition{CurrentLeaderEpoch: -1, LeaderEpoch: rp.LastFetchedEpoch}, r.epoch)
+				if code == 0 && (e != rp.LastFetchedEpoch || end < rp.FetchOffset) {
+					sp.DivergingEpoch.Epoch, sp.DivergingEpoch.EndOffset = e, end
+					st.Partitions = append(st.Partitions, sp)
+					continue
+				}
 			}
+			if record {
+				cl.noteFollower(p, r, rid, rp.FetchOffset)
+			}
+			waitOn = append(waitOn, p.log.Notify())
+			budget := min(int64(rp.PartitionMaxBytes), replicaFetchMaxBytes, maxTotal-total)
+			if rp.PartitionMaxBytes <= 0 {
+				budget = min(replicaFetchMaxBytes, maxTotal-total)
+			}
+			if budget <= 0 {
+				st.Partitions = append(st.Partitions, sp) // the response is full: next time
+				continue
+			}
+			end := p.log.DurableEnd()
 			res, err := p.log.ReadReplica(rp.FetchOffset, budget)
 			if err != nil {
 				sp.ErrorCode = cl.s.errorCode(err)
@@ -122,6 +155,9 @@ func (cl *cluster) replicaFetchOnce(rid int32, req *kmsg.FetchRequest, record bo
 			}
 			sp.RecordBatches = b
 			total += int64(len(b))
+			if record {
+				cl.noteSent(p, r, rid, end)
+			}
 			st.Partitions = append(st.Partitions, sp)
 		}
 		resp.Topics = append(resp.Topics, st)
@@ -142,12 +178,27 @@ func (cl *cluster) noteFollower(p *partition, r *replicaRole, rid int32, off int
 		f = &followerState{epoch: r.epoch, caughtUp: now}
 		p.repl.followers[rid] = f
 	}
-	f.leo, f.fetched = off, now
+	f.leo, f.fetched = min(off, p.log.DurableEnd()), now
+	// Kafka's rule: caught up as of the last answer if it now asks from
+	// where that answer's log ended (under steady load the leader is
+	// always a little ahead of the current fetch).
 	if off >= p.log.DurableEnd() {
 		f.caughtUp = now
+	} else if f.sentAt.After(f.caughtUp) && off >= f.sentEnd {
+		f.caughtUp = f.sentAt
 	}
 	p.repl.mu.Unlock()
 	cl.advanceHW(p)
+}
+
+// noteSent records the leader's durable end as of an answer to a
+// follower (for the caught-up rule).
+func (cl *cluster) noteSent(p *partition, r *replicaRole, rid int32, end int64) {
+	p.repl.mu.Lock()
+	if f := p.repl.followers[rid]; f != nil && f.epoch == r.epoch {
+		f.sentEnd, f.sentAt = end, time.Now()
+	}
+	p.repl.mu.Unlock()
 }
 
 // advanceHW commits what every ISR member holds durably.
@@ -179,15 +230,23 @@ func (cl *cluster) advanceHW(p *partition) {
 
 // waitCommitted waits until the high watermark passes next (an acks=all
 // produce), as leader at role's epoch, for at most timeout.
-func (cl *cluster) waitCommitted(p *partition, next int64, role *replicaRole, timeout time.Duration) error {
+//
+// truncs is the log's truncation count when the records were appended: the
+// records are acknowledged only if no truncation came since (which may have
+// cut them, the offsets then filled by another leader's records) and this
+// broker still leads at that epoch with at least min.insync.replicas in
+// the ISR. A truncation never cuts below the high watermark, so reading the
+// high watermark first and the count second is enough.
+func (cl *cluster) waitCommitted(p *partition, next int64, role *replicaRole, truncs uint64, timeout time.Duration) error {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
 		ch := p.log.Notify()
 		vc := cl.viewChanged()
 		cl.advanceHW(p)
-		if p.log.HighWatermark() >= next {
-			return nil
+		committed := p.log.HighWatermark() >= next
+		if p.log.Truncations() != truncs {
+			return errNotLeader
 		}
 		if err := p.log.Err(); err != nil {
 			return err
@@ -198,6 +257,9 @@ func (cl *cluster) waitCommitted(p *partition, next int64, role *replicaRole, ti
 		}
 		if len(r.isr) < cl.minISR(p, r) {
 			return errNotEnoughISRLate
+		}
+		if committed {
+			return nil
 		}
 		select {
 		case <-ch:
@@ -210,13 +272,28 @@ func (cl *cluster) waitCommitted(p *partition, next int64, role *replicaRole, ti
 	}
 }
 
+// waitLocal is acks=1 in cluster mode: durable here, with no truncation
+// since the append and the leadership unchanged.
+func (cl *cluster) waitLocal(p *partition, next int64, role *replicaRole, truncs uint64) error {
+	if err := p.log.WaitDurable(next); err != nil {
+		return err
+	}
+	if r := roleOf(p); p.log.Truncations() != truncs || !r.isLeader || r.epoch != role.epoch {
+		return errNotLeader
+	}
+	return nil
+}
+
 // isrLoop shrinks and grows the ISR of the partitions this broker leads.
 func (cl *cluster) isrLoop() {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
+	var saved map[string]int64
+	lastSave := time.Now()
 	for {
 		select {
 		case <-cl.ctx.Done():
+			cl.saveHWCheckpoint(saved)
 			return
 		case <-tick.C:
 		}
@@ -224,6 +301,9 @@ func (cl *cluster) isrLoop() {
 			for _, p := range cl.s.reg.partitionsOf(t) {
 				cl.checkISR(p)
 			}
+		}
+		if time.Since(lastSave) >= time.Second {
+			saved, lastSave = cl.saveHWCheckpoint(saved), time.Now()
 		}
 	}
 }
@@ -277,10 +357,21 @@ func (cl *cluster) checkISR(p *partition) {
 	st := coord.PartState{Leader: r.leader, Epoch: r.epoch, Replicas: r.replicas, ISR: isr}
 	ctx, cancel := context.WithTimeout(cl.ctx, 5*time.Second)
 	defer cancel()
-	if _, err := cl.co.SetPart(ctx, coord.PartKey{Topic: p.topic.name, Partition: p.index}, st, r.modRev); err != nil {
+	rev, err := cl.client().SetPart(ctx, coord.PartKey{Topic: p.topic.name, Partition: p.index}, st, r.modRev)
+	if err != nil {
 		cl.logger.Info("ISR change not made", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
 		return
 	}
+	// In force at once (the watch brings it later): a follower counted in
+	// etcd's ISR must be counted by the high watermark from now on, or a
+	// record could be acknowledged without it and lost if it is elected.
+	cl.applyMu.Lock()
+	if cur := roleOf(p); cur == r {
+		nr := *r
+		nr.isr, nr.modRev = isr, rev
+		p.repl.role.Store(&nr)
+	}
+	cl.applyMu.Unlock()
 	cl.logger.Info("ISR changed", zap.String("topic", p.topic.name), zap.Int32("partition", p.index),
 		zap.Int32s("from", r.isr), zap.Int32s("to", isr), zap.Int32("leader_epoch", r.epoch))
 }
@@ -289,4 +380,52 @@ func (cl *cluster) checkISR(p *partition) {
 // the leader's high watermark, up to what it holds durably.
 func readCommittedEnd(lp *log.Partition, hw int64) int64 {
 	return min(hw, lp.DurableEnd())
+}
+
+// The replication checkpoint (Kafka's replication-offset-checkpoint):
+// each partition's high watermark, written about once a second when one
+// moved, read at start so that a restarted broker does not answer its
+// high watermark from the log start until its first fetch (ListOffsets
+// "latest" going back in time).
+const hwCheckpointFile = "replication-checkpoint.json"
+
+// loadHWCheckpoint reads the checkpoint (empty if none or unreadable: the
+// high watermarks are then learned from the leaders).
+func (cl *cluster) loadHWCheckpoint() map[string]int64 {
+	b, err := os.ReadFile(filepath.Join(cl.s.cfg.DataDir, hwCheckpointFile))
+	out := map[string]int64{}
+	if err == nil {
+		if err := json.Unmarshal(b, &out); err != nil {
+			cl.logger.Warn("replication checkpoint unreadable: high watermarks start at the log start", zap.Error(err))
+			return map[string]int64{}
+		}
+	}
+	return out
+}
+
+func hwKey(p *partition) string { return p.topic.name + "/" + strconv.Itoa(int(p.index)) }
+
+// saveHWCheckpoint writes the checkpoint if a high watermark moved since
+// the last one.
+func (cl *cluster) saveHWCheckpoint(last map[string]int64) map[string]int64 {
+	cur := map[string]int64{}
+	for _, t := range cl.s.reg.all() {
+		for _, p := range cl.s.reg.partitionsOf(t) {
+			if p.log.Replicated() {
+				cur[hwKey(p)] = p.log.HighWatermark()
+			}
+		}
+	}
+	if maps.Equal(cur, last) {
+		return last
+	}
+	b, err := json.Marshal(cur)
+	if err == nil {
+		err = log.WriteFileAtomic(log.OSFS, filepath.Join(cl.s.cfg.DataDir, hwCheckpointFile), b)
+	}
+	if err != nil {
+		cl.logger.Warn("write the replication checkpoint", zap.Error(err))
+		return last
+	}
+	return cur
 }

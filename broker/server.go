@@ -199,6 +199,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if cfg.Cluster != nil {
+		if cfg.Tier != nil {
+			close(s.maintDone) // maintain never ran: let Close proceed
+			s.Close()
+			return nil, errors.New("broker: tiering is not supported in cluster mode yet")
+		}
 		if s.cl, err = startCluster(s, *cfg.Cluster); err != nil {
 			close(s.maintDone) // maintain never ran: let Close proceed
 			s.Close()
@@ -307,6 +312,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		defer cancelDrain()
 		offloadCtx, cancelOffload = context.WithDeadline(ctx, dl.Add(-reserve))
 		defer cancelOffload()
+	}
+	if s.cl != nil {
+		// Controlled shutdown: leaderships move first, so clients wait
+		// milliseconds, not the session TTL.
+		hctx, cancel := context.WithTimeout(drainCtx, 5*time.Second)
+		s.cl.handOver(hctx)
+		cancel()
 	}
 	s.shutting.Store(true)
 	s.cancel()

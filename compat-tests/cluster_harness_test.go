@@ -15,6 +15,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // A cluster of real `synapse serve --cluster` processes on loopback over a
@@ -147,22 +148,33 @@ func (c *synCluster) admin(t testing.TB) *kadm.Client {
 	return kadm.NewClient(cl)
 }
 
-// waitBrokers waits until Metadata lists n live brokers.
+// waitBrokers waits until every broker's own Metadata lists n live
+// brokers (each answers from its own view of etcd).
 func (c *synCluster) waitBrokers(t testing.TB, n int) {
 	t.Helper()
-	adm := c.admin(t)
 	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		m, err := adm.Metadata(ctx)
-		cancel()
-		if err == nil && len(m.Brokers) == n {
-			return
+	for _, b := range c.brokers {
+		if b == nil {
+			continue
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster: want %d live brokers, metadata: %v (err %v)", n, m.Brokers, err)
+		cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()))
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			resp, err := cl.SeedBrokers()[0].Request(ctx, kmsg.NewPtrMetadataRequest())
+			cancel()
+			if err == nil && len(resp.(*kmsg.MetadataResponse).Brokers) == n {
+				break
+			}
+			if time.Now().After(deadline) {
+				cl.Close()
+				t.Fatalf("cluster: broker %s does not see %d live brokers (err %v)", b.Addr(), n, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		cl.Close()
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -269,5 +270,114 @@ func TestClusterKillLeaderUnderLoad(t *testing.T) {
 	if acks.count() <= before {
 		t.Fatalf("no record acknowledged after the kill")
 	}
+	verifyAcked(t, c.seeds(), topic, partitions, acks)
+}
+
+// signal sends sig to b's process (the one this test started).
+func (b *synapseBroker) signal(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	b.mu.Lock()
+	cmd := b.cmd
+	b.mu.Unlock()
+	if cmd == nil {
+		t.Fatalf("signal %v: broker not running", sig)
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %v to pid %d: %v", sig, cmd.Process.Pid, err)
+	}
+}
+
+// clusterLoad starts a 3-broker cluster with a 6-partition RF 3 topic and
+// two producers; stop ends them.
+func clusterLoad(t *testing.T) (c *synCluster, topic string, partitions int32, acks *ackLog, times *ackTimes, stop func()) {
+	c = startSynCluster(t, 3)
+	topic, partitions = "load", 6
+	adm := c.admin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := adm.CreateTopic(ctx, partitions, 3, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	c.waitISR(t, topic, 3, 20*time.Second)
+	acks, times = newAckLog(), &ackTimes{times: map[int32][]time.Time{}}
+	ch := make(chan struct{})
+	wg := runProducers(t, c.seeds(), topic, partitions, 2, acks, times, ch)
+	var once sync.Once
+	stop = func() { once.Do(func() { close(ch); wg.Wait() }) }
+	t.Cleanup(stop)
+	return
+}
+
+// maxGap is the longest time between two acks of any partition in
+// [from, to).
+func (at *ackTimes) maxGap(from, to time.Time) (time.Duration, int32) {
+	at.mu.Lock()
+	defer at.mu.Unlock()
+	var worst time.Duration
+	wp := int32(-1)
+	for p, ts := range at.times {
+		prev := from
+		for _, t := range ts {
+			if t.Before(from) || !t.Before(to) {
+				continue
+			}
+			if d := t.Sub(prev); d > worst {
+				worst, wp = d, p
+			}
+			prev = t
+		}
+	}
+	return worst, wp
+}
+
+// TestClusterZombieLeader pauses the leader of partition 0 (SIGSTOP) for
+// more than twice the session TTL while producers run, then lets it run
+// again: the cluster moved on (a new leader at a higher epoch), so nothing
+// the paused broker does on waking may be acknowledged and lost, and it
+// joins again with a new session and catches up.
+func TestClusterZombieLeader(t *testing.T) {
+	c, topic, partitions, acks, _, stop := clusterLoad(t)
+	adm := c.admin(t)
+	time.Sleep(2 * time.Second)
+	st, err := c.states(t, adm, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := st[0].leader
+	c.brokers[victim].signal(t, syscall.SIGSTOP)
+	paused := acks.count()
+	time.Sleep(7 * time.Second)
+	st2, err := c.states(t, adm, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st2[0].leader == victim || st2[0].epoch <= st[0].epoch {
+		t.Errorf("partition 0 after its leader's pause: leader %d epoch %d (was %d at %d)", st2[0].leader, st2[0].epoch, victim, st[0].epoch)
+	}
+	c.brokers[victim].signal(t, syscall.SIGCONT)
+	time.Sleep(4 * time.Second)
+	stop()
+	t.Logf("broker %d paused 7 s after %d acks; %d acks in all, %d failed", victim, paused, acks.count(), acks.fails.Load())
+	c.waitISR(t, topic, 3, 30*time.Second)
+	verifyAcked(t, c.seeds(), topic, partitions, acks)
+}
+
+// TestClusterRollingRestart restarts every broker in turn (SIGTERM, then
+// start) under load: leadership is handed over before each stop
+// (controlled shutdown), nothing acknowledged is lost, and the longest
+// pause between acks of a partition is logged.
+func TestClusterRollingRestart(t *testing.T) {
+	c, topic, partitions, acks, times, stop := clusterLoad(t)
+	time.Sleep(2 * time.Second)
+	for id, b := range c.brokers {
+		from := time.Now()
+		b.Restart(t)
+		c.waitISR(t, topic, 3, 30*time.Second)
+		gap, p := times.maxGap(from, time.Now())
+		t.Logf("restart of broker %d: longest gap between acks %s (partition %d)", id, gap.Round(time.Millisecond), p)
+	}
+	time.Sleep(time.Second)
+	stop()
+	t.Logf("%d acks, %d failed", acks.count(), acks.fails.Load())
 	verifyAcked(t, c.seeds(), topic, partitions, acks)
 }

@@ -86,8 +86,9 @@ func (p *Partition) Commit(off int64) error {
 	return p.publishLocked()
 }
 
-// publishLocked moves the high watermark to min(committed, durable end).
-// p.mu held.
+// publishLocked moves the high watermark to min(committed, durable end),
+// rounded down to a batch boundary (a batch is visible whole or not at
+// all). p.mu held.
 func (p *Partition) publishLocked() error {
 	d := p.dur.Load()
 	target := min(p.rep.committed.Load(), d.off)
@@ -96,12 +97,82 @@ func (p *Partition) publishLocked() error {
 	}
 	m := *d
 	if target < d.off {
-		var err error
-		if m, err = p.findMark(target); err != nil {
+		segs := p.segments()
+		i := sort.Search(len(segs), func(i int) bool { return segs[i].base > target }) - 1
+		if i < 0 {
+			return nil
+		}
+		pos, base, err := p.cutPoint(segs[i], target)
+		if err != nil {
 			return err
 		}
+		if base <= p.hw.Load().off {
+			return nil
+		}
+		m = mark{off: base, seg: segs[i], pos: pos}
 	}
 	p.hw.Store(&m)
+	p.wake()
+	return nil
+}
+
+// Truncations counts TruncateTo and ResetTo calls that changed the log: an
+// acknowledgement waited for across one may be for records cut away.
+func (p *Partition) Truncations() uint64 { return p.rep.truncs.Load() }
+
+// ResetTo empties the log and starts it again at next, with the log start
+// there too: a follower whose whole log lies below its leader's log start
+// (retention or DeleteRecords moved it) starts over from the leader's. next
+// must be at least the log end.
+func (p *Partition) ResetTo(next int64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.usableLocked(); err != nil {
+		return err
+	}
+	if next < p.leo.Load() {
+		return fmt.Errorf("log: reset to %d below the log end %d", next, p.leo.Load())
+	}
+	fsys := p.store.fs
+	if err := writeState(fsys, p.dir, partitionState{LogStartOffset: next}); err != nil {
+		return p.failLocked("reset", err)
+	}
+	p.logStart.Store(next)
+	p.rep.truncs.Add(1)
+	if p.activeH != nil {
+		p.store.cache.release(p.activeH)
+		p.activeH = nil
+	}
+	segs := *p.segs.Load()
+	for j := len(segs) - 1; j >= 0; j-- {
+		d := segs[j]
+		d.replaced.Store(true)
+		p.store.cache.drop(d)
+		for _, path := range []string{d.logPath, d.indexPath(), d.timeIndexPath(), d.txnIndexPath()} {
+			if err := fsys.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return p.failLocked("reset", err)
+			}
+		}
+	}
+	seg := newSegment(p.dir, next, p.store.now())
+	seg.idx = &segmentIndex{}
+	f, err := fsys.OpenFile(seg.logPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return p.failLocked("reset", err)
+	}
+	f.Close()
+	if err := fsys.SyncDir(p.dir); err != nil {
+		return p.failLocked("reset", err)
+	}
+	ns := []*segment{seg}
+	p.segs.Store(&ns)
+	p.active = seg
+	p.sinceIndex = 0
+	p.leo.Store(next)
+	p.rep.committed.Store(max(p.rep.committed.Load(), next))
+	p.setMarksLocked(mark{off: next, seg: seg, pos: 0})
+	p.stableMark.Store(nil)
+	p.logger.Info("log reset", zap.Int64("to", next), zap.Int("segments_removed", len(segs)))
 	p.wake()
 	return nil
 }
@@ -173,6 +244,13 @@ func (p *Partition) TruncateTo(off int64) (int64, error) {
 			if err := fsys.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return 0, p.failLocked("truncate", err)
 			}
+		}
+	}
+	if len(drop) > 0 {
+		// The removals are durable before the cut: after a power loss the
+		// segments past it must not come back behind a shorter one.
+		if err := fsys.SyncDir(p.dir); err != nil {
+			return 0, p.failLocked("truncate", err)
 		}
 	}
 	if pos < seg.size.Load() || seg.alloc > 0 {

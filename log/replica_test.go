@@ -171,3 +171,75 @@ func storedNext(t *testing.T, b []byte) int64 {
 	}
 	return h.NextOffset()
 }
+
+func TestCommitRoundsDownToABatch(t *testing.T) {
+	_, fsys := newMemFS(t)
+	s := openStore(t, fsys, 0)
+	p := mustOpen(t, s, "/data/t-0", Config{})
+	rng := rand.New(rand.NewPCG(5, 6))
+	want := map[int64][]byte{}
+	appendSynced(t, p, rng, 6, want)
+	if err := p.SetReplicated(0); err != nil {
+		t.Fatal(err)
+	}
+	var bases []int64
+	for off := range want {
+		bases = append(bases, off)
+	}
+	slices.Sort(bases)
+	// Inside the third batch (when it holds more than one record): the
+	// high watermark stops at its start, so the batch is not half visible.
+	b := bases[2]
+	mid := b + 1
+	if storedNext(t, want[b]) == b+1 {
+		mid = b // a one-record batch: its start is the boundary
+	}
+	if err := p.Commit(mid); err != nil {
+		t.Fatal(err)
+	}
+	if hw := p.HighWatermark(); hw != b {
+		t.Fatalf("high watermark %d after Commit(%d), want the batch start %d", hw, mid, b)
+	}
+	res, err := p.Read(0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.NextOffset != b {
+		t.Fatalf("read ends at %d, want %d", res.NextOffset, b)
+	}
+	res.Release()
+}
+
+func TestResetTo(t *testing.T) {
+	mfs, fsys := newMemFS(t)
+	s := openStore(t, fsys, 0)
+	p := mustOpen(t, s, "/data/t-0", Config{SegmentBytes: 2048})
+	rng := rand.New(rand.NewPCG(7, 8))
+	appendSynced(t, p, rng, 20, map[int64][]byte{})
+	if err := p.SetReplicated(0); err != nil {
+		t.Fatal(err)
+	}
+	leo := p.LogEndOffset()
+	before := p.Truncations()
+	if err := p.ResetTo(leo - 1); err == nil {
+		t.Fatal("reset below the log end accepted")
+	}
+	if err := p.ResetTo(leo + 100); err != nil {
+		t.Fatal(err)
+	}
+	if p.LogStartOffset() != leo+100 || p.LogEndOffset() != leo+100 || p.HighWatermark() != leo+100 || p.Truncations() == before {
+		t.Fatalf("after reset: start %d end %d hw %d truncations %d", p.LogStartOffset(), p.LogEndOffset(), p.HighWatermark(), p.Truncations())
+	}
+	want := map[int64][]byte{}
+	appendSynced(t, p, rng, 3, want)
+	if err := p.Commit(p.LogEndOffset()); err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, p, rng, want)
+	clone := memFS{mfs.CrashClone(memfs.CrashConfig{UnsyncedMode: memfs.DropUnsynced})}
+	p2 := mustOpen(t, openStore(t, clone, 0), "/data/t-0", Config{SegmentBytes: 2048})
+	if p2.LogStartOffset() != leo+100 || p2.LogEndOffset() != p.LogEndOffset() {
+		t.Fatalf("reopened: start %d end %d, want %d and %d", p2.LogStartOffset(), p2.LogEndOffset(), leo+100, p.LogEndOffset())
+	}
+	readAll(t, p2, rng, want)
+}
