@@ -18,12 +18,16 @@ import (
 
 func TestConfluent(t *testing.T) {
 	t.Logf("librdkafka %s (bundled with confluent-kafka-go)", kafkaLibVersion())
-	runClientSuite(t, clientSpec{
+	runClientSuite(t, confluentSpec())
+}
+
+func confluentSpec() clientSpec {
+	return clientSpec{
 		newClient: func(t testing.TB, b broker) client {
 			return &confluentClient{addr: b.Addr(), producers: make(map[string]*kafka.Producer)}
 		},
 		nullsDistinct: true,
-	})
+	}
 }
 
 func kafkaLibVersion() string {

@@ -15,7 +15,11 @@ import (
 // CreateTopics and Conn.ReadOffset (ListOffsets v1) for offsets.
 
 func TestKafkaGo(t *testing.T) {
-	runClientSuite(t, clientSpec{
+	runClientSuite(t, kafkaGoSpec())
+}
+
+func kafkaGoSpec() clientSpec {
+	return clientSpec{
 		newClient: func(t testing.TB, b broker) client {
 			return &kafkaGo{
 				addr:      b.Addr(),
@@ -27,7 +31,7 @@ func TestKafkaGo(t *testing.T) {
 		// allocates for a positive length), so null and empty cannot be
 		// told apart on the consuming side; its Writer does send them apart.
 		nullsDistinct: false,
-	})
+	}
 }
 
 type kafkaGo struct {
