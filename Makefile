@@ -29,7 +29,7 @@ STATICCHECK := $(TOOLS_BIN)/staticcheck
 ETCD := $(TOOLS_BIN)/etcd
 ETCD_VERSION := $(shell $(GO) list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3 2>/dev/null | sed 's/^v//')
 
-.PHONY: help run build tools lint test compat kgo-suite fuzz bench bench-txn clean
+.PHONY: help run build tools lint test compat kgo-suite chaos fuzz bench bench-txn clean
 
 help:
 	@echo "make run     build, then bin/synapse serve (data in ./data)"
@@ -39,6 +39,7 @@ help:
 	@echo "make test    tools + lint + go test -race $(CORE_PKGS)"
 	@echo "make compat  real Kafka clients against bin/synapse (part of make test)"
 	@echo "make kgo-suite  franz-go's own kgo integration tests against bin/synapse (part of make compat)"
+	@echo "make chaos   long cluster fault runs: CHAOS_KILLS kill -9 and CHAOS_PAUSES SIGSTOP cycles of a leader (defaults 200, 50)"
 	@echo "make fuzz    each fuzz target in $(FUZZ_PKGS) for FUZZTIME=$(FUZZTIME)"
 	@echo "make bench   benchmarks"
 	@echo "make bench-txn  only the bench's transactions block (TX1, TX2); TXN_ARGS=\"-rounds 2 -txn-records 200000\" for a quick look"
@@ -99,6 +100,16 @@ compat: build
 # bin/synapse, as franz-go's CI runs them; see compat-tests/kgo-suite.sh.
 kgo-suite: build
 	SYNAPSE_BIN=$(CURDIR)/bin/synapse GO=$(GO) bash compat-tests/kgo-suite.sh
+
+# Long cluster fault runs (not in make test): kill -9 and SIGSTOP of a
+# leader under load, every acknowledged record read back; failover times
+# printed (docs/cluster.md has the figures).
+CHAOS_KILLS ?= 200
+CHAOS_PAUSES ?= 50
+chaos: build tools
+	cd compat-tests && COMPAT_REQUIRE=1 SYNAPSE_BIN=$(CURDIR)/bin/synapse ETCD_BIN=$(ETCD) \
+		CLUSTER_CHAOS_KILLS=$(CHAOS_KILLS) CLUSTER_CHAOS_PAUSES=$(CHAOS_PAUSES) \
+		$(GO) test -count=1 -timeout 120m -run '^TestClusterChaos$$' -v ./ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok)|cluster_chaos_test'
 
 fuzz:
 	@for pkg in $(FUZZ_PKGS); do \

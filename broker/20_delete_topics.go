@@ -81,7 +81,7 @@ func (s *Server) deleteTopic(t *topic) error {
 		}
 		return err
 	}
-	s.groups.TopicDeleted(t.name)
+	s.grp().TopicDeleted(t.name)
 	if s.cfg.Tier != nil {
 		s.forgetTiered()
 	}

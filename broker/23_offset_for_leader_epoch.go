@@ -73,6 +73,15 @@ func (s *Server) handleOffsetForLeaderEpoch(c *conn, req *kmsg.OffsetForLeaderEp
 			sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
 			sp.Partition = rp.Partition
 			switch {
+			case s.cl != nil && rt.Topic == offsetsTopic && code == kerr.UnknownTopicOrPartition.Code:
+				// The group log, replicated in cluster mode.
+				if p := s.cl.partitionFor(rt.Topic, rp.Partition); p == nil {
+					sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				} else if lc, r := s.cl.leaderCheck(p, -1); lc != 0 {
+					sp.ErrorCode = lc
+				} else {
+					sp.ErrorCode, sp.LeaderEpoch, sp.EndOffset = epochEndOffset(p.log, rp, r.epoch)
+				}
 			case virtual && rp.Partition == 0:
 				sp.ErrorCode, sp.LeaderEpoch, sp.EndOffset = epochEndOffset(nil, rp, current)
 			case t == nil:

@@ -50,7 +50,7 @@ func (s *Server) handleTxnOffsetCommit(c *conn, req *kmsg.TxnOffsetCommitRequest
 		all(kerr.GroupAuthorizationFailed.Code)
 		return resp, nil
 	}
-	if e := s.groups.ValidateTxnMember(req); e != nil {
+	if e := s.grp().ValidateTxnMember(req); e != nil {
 		all(e.Code)
 		return resp, nil
 	}

@@ -79,6 +79,11 @@ type cluster struct {
 	// hwStart: the replication checkpoint read at start (cluster_replica.go).
 	hwStart map[string]int64
 
+	// The group log as a replicated partition (cluster_groups.go).
+	groupsPart      *partition
+	groupsKick      chan struct{}
+	offsetsCreating atomic.Bool
+
 	pidMu   sync.Mutex
 	pidNext int64
 	pidEnd  int64
@@ -154,6 +159,7 @@ func startCluster(s *Server, cfg ClusterConfig) (*cluster, error) {
 		return nil, err
 	}
 	cl.hwStart = cl.loadHWCheckpoint()
+	cl.initGroups()
 	s.meta.mu.Lock()
 	s.meta.m.NodeID, s.meta.m.ClusterID = cfg.NodeID, co.ClusterID()
 	s.meta.mu.Unlock()
@@ -337,6 +343,9 @@ func (cl *cluster) apply(v *coord.View) {
 func (cl *cluster) reconcileTopics(v *coord.View) {
 	s := cl.s
 	for name, t := range v.Topics {
+		if name == offsetsTopic {
+			continue // the group log: after every topic (below)
+		}
 		id, err := parseTopicID(t.Info.ID)
 		if err != nil {
 			cl.logger.Error("bad topic id in etcd", zap.String("topic", name), zap.Error(err))
@@ -373,6 +382,12 @@ func (cl *cluster) reconcileTopics(v *coord.View) {
 		if _, ok := v.Topics[lt.name]; !ok {
 			cl.removeLocal(lt)
 		}
+	}
+	// The group log last: a new coordinator drops offsets of partitions
+	// the view does not have.
+	if _, ok := v.Topics[offsetsTopic]; ok {
+		part, ok := v.Parts[coord.PartKey{Topic: offsetsTopic, Partition: 0}]
+		cl.setRole(cl.groupsPart, part, ok)
 	}
 }
 
@@ -438,6 +453,9 @@ func (cl *cluster) setRole(p *partition, part coord.Part, present bool) {
 		p.repl.role.Store(r)
 		cl.unfollow(p)
 	}
+	if p == cl.groupsPart {
+		cl.kickGroups()
+	}
 }
 
 // dropLeadership stops acting as leader anywhere (the etcd session is
@@ -451,6 +469,12 @@ func (cl *cluster) dropLeadership() {
 				p.repl.role.Store(&nr)
 			}
 		}
+	}
+	if r := cl.groupsPart.repl.role.Load(); r != nil && r.isLeader {
+		nr := *r
+		nr.isLeader, nr.leader = false, -1
+		cl.groupsPart.repl.role.Store(&nr)
+		cl.kickGroups()
 	}
 	cl.viewMu.Lock()
 	close(cl.viewCh)

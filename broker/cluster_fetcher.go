@@ -248,6 +248,7 @@ func (f *replicaFetcher) truncateAll(ctx context.Context, rc *peerConn, parts ma
 				continue
 			}
 			if rp.ErrorCode != 0 {
+				f.cl.logger.Debug("truncation by epoch refused", zap.String("topic", a.p.topic.name), zap.Int32("partition", a.p.index), zap.Int16("code", rp.ErrorCode))
 				f.update(a.p, a.epoch, func(s *followed) { s.paused = time.Now().Add(100 * time.Millisecond) })
 				continue
 			}
@@ -412,10 +413,13 @@ func (f *replicaFetcher) fetchOnce(ctx context.Context, rc *peerConn, parts map[
 			default:
 				// Not (or no longer) the leader at this epoch: wait for
 				// the view to say who is.
+				f.cl.logger.Debug("replica fetch refused", zap.String("topic", a.p.topic.name), zap.Int32("partition", a.p.index), zap.Int16("code", rp.ErrorCode))
 				f.update(a.p, a.epoch, func(s *followed) { s.paused = time.Now().Add(200 * time.Millisecond) })
 				continue
 			}
 			if rp.DivergingEpoch.EndOffset >= 0 && rp.DivergingEpoch.Epoch >= 0 {
+				f.cl.logger.Debug("diverging epoch", zap.String("topic", a.p.topic.name), zap.Int32("partition", a.p.index),
+					zap.Int32("epoch", rp.DivergingEpoch.Epoch), zap.Int64("end", rp.DivergingEpoch.EndOffset))
 				// The log diverged from the leader's: truncate by epoch again.
 				f.update(a.p, a.epoch, func(s *followed) { s.truncated = false })
 				continue

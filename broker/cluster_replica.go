@@ -81,19 +81,18 @@ func (cl *cluster) replicaFetchOnce(rid int32, req *kmsg.FetchRequest, record bo
 	for _, rt := range req.Topics {
 		st := kmsg.NewFetchResponseTopic()
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
-		t := cl.s.reg.get(rt.Topic)
+		name := rt.Topic
 		if req.Version >= 13 {
-			t = cl.s.reg.getByID(rt.TopicID)
+			if t := cl.s.reg.getByID(rt.TopicID); t != nil {
+				name = t.name
+			}
 		}
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewFetchResponseTopicPartition()
 			sp.Partition = rp.Partition
 			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
 			sp.PreferredReadReplica = -1
-			var p *partition
-			if t != nil {
-				p = cl.s.reg.partition(t, rp.Partition)
-			}
+			p := cl.partitionFor(name, rp.Partition)
 			if p == nil {
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				st.Partitions = append(st.Partitions, sp)
@@ -409,6 +408,9 @@ func hwKey(p *partition) string { return p.topic.name + "/" + strconv.Itoa(int(p
 // the last one.
 func (cl *cluster) saveHWCheckpoint(last map[string]int64) map[string]int64 {
 	cur := map[string]int64{}
+	if p := cl.groupsPart; p.log.Replicated() {
+		cur[hwKey(p)] = p.log.HighWatermark()
+	}
 	for _, t := range cl.s.reg.all() {
 		for _, p := range cl.s.reg.partitionsOf(t) {
 			if p.log.Replicated() {

@@ -44,11 +44,18 @@ func (s *Server) openGroups(ctx context.Context) error {
 		return fmt.Errorf("broker: open the group log: %w", err)
 	}
 	s.groupLog = lp
-	c, err := group.Open(s.groupConfig(), lp, nil)
+	cfg := s.groupConfig()
+	if s.cfg.Cluster != nil {
+		cfg = groupsOpenConfig(cfg)
+	}
+	c, err := group.Open(cfg, lp, nil)
 	if err != nil {
 		return fmt.Errorf("broker: load groups: %w", err)
 	}
-	s.groups = c
+	if s.cfg.Cluster != nil {
+		c.Close() // opened again by the leader of the group log (cluster_groups.go)
+	}
+	s.groupsPtr.Store(c)
 	// Mirrored again at every start: a copy that failed (or a crash) before
 	// a restart is not left stale while the groups stay idle.
 	s.groupsMirrored.Store(math.MaxUint64)
@@ -113,6 +120,10 @@ func (s *Server) groupConfig() group.Config {
 		MaxSessionTimeout:     s.cfg.GroupMaxSessionTimeout,
 		OffsetsRetention:      s.cfg.OffsetsRetention,
 		PartitionExists: func(topic string, p int32) bool {
+			if s.cl != nil { // the cluster's view, not what is local yet
+				t, ok := s.cl.currentView().Topics[topic]
+				return ok && p >= 0 && p < t.Info.Partitions
+			}
 			t := s.reg.get(topic)
 			return t != nil && s.reg.partition(t, p) != nil
 		},
@@ -122,7 +133,7 @@ func (s *Server) groupConfig() group.Config {
 // maintainGroups expires offsets, compacts the group log and, with
 // tiering, mirrors the group state to the bucket when it changed.
 func (s *Server) maintainGroups(now time.Time) {
-	s.groups.Maintain(now)
+	s.grp().Maintain(now)
 	if s.cfg.Tier != nil {
 		s.mirrorGroups(s.ctx)
 	}
@@ -131,7 +142,7 @@ func (s *Server) maintainGroups(now time.Time) {
 // mirrorGroups copies the group state to the bucket if it changed since the
 // last copy (best effort: retried next pass).
 func (s *Server) mirrorGroups(ctx context.Context) {
-	s.mirrorStateLog(ctx, groupsKey, "groups", s.groups.Changes(), s.groups.Snapshot, &s.groupsMirrored)
+	s.mirrorStateLog(ctx, groupsKey, "groups", s.grp().Changes(), s.grp().Snapshot, &s.groupsMirrored)
 }
 
 // mirrorStateLog copies a state log's snapshot to the bucket at key if its
@@ -178,7 +189,11 @@ func (s *Server) handleFindCoordinator(c *conn, req *kmsg.FindCoordinatorRequest
 		case req.CoordinatorType == 1 && !c.allowed(opDescribe, resTxnID, key):
 			code = kerr.TransactionalIDAuthorizationFailed.Code
 		case s.cl != nil:
-			b, ok := s.cl.coordinator()
+			coordinator := s.cl.groupCoordinator
+			if req.CoordinatorType == 1 {
+				coordinator = s.cl.coordinator // transactions: refused in cluster mode for now
+			}
+			b, ok := coordinator()
 			if !ok {
 				return kerr.CoordinatorNotAvailable.Code, nil, -1, "", -1
 			}
@@ -206,8 +221,8 @@ func (s *Server) handleFindCoordinator(c *conn, req *kmsg.FindCoordinatorRequest
 
 // closeGroups answers parked group requests and closes the group log.
 func (s *Server) closeGroups() {
-	if s.groups != nil {
-		s.groups.Close()
+	if s.grp() != nil {
+		s.grp().Close()
 	}
 	if s.groupLog != nil {
 		if err := s.groupLog.Close(); err != nil && !errors.Is(err, log.ErrClosed) {

@@ -28,7 +28,7 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 			return resp, nil
 		}
 		defer c.parkedSince(time.Now()) // the rebalance is waited for: not handler time
-		return s.groups.JoinGroup(s.ctx, b, s.clientOf(c, req.ClientID)), nil
+		return s.grp().JoinGroup(s.ctx, b, s.clientOf(c, req.ClientID)), nil
 	case *kmsg.SyncGroupRequest:
 		if !c.allowed(opRead, resGroup, groupName(b.Group)) {
 			resp := b.ResponseKind().(*kmsg.SyncGroupResponse)
@@ -36,14 +36,14 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 			return resp, nil
 		}
 		defer c.parkedSince(time.Now()) // the assignment is waited for: not handler time
-		return s.groups.SyncGroup(s.ctx, b), nil
+		return s.grp().SyncGroup(s.ctx, b), nil
 	case *kmsg.HeartbeatRequest:
 		if !c.allowed(opRead, resGroup, groupName(b.Group)) {
 			resp := b.ResponseKind().(*kmsg.HeartbeatResponse)
 			resp.ErrorCode = groupDenied
 			return resp, nil
 		}
-		return s.groups.Heartbeat(b), nil
+		return s.grp().Heartbeat(b), nil
 	case *kmsg.LeaveGroupRequest:
 		if !c.allowed(opRead, resGroup, groupName(b.Group)) {
 			resp := b.ResponseKind().(*kmsg.LeaveGroupResponse)
@@ -51,7 +51,7 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 			return resp, nil
 		}
 		defer c.parkedSince(time.Now()) // mostly the group log's fsync
-		return s.groups.LeaveGroup(b), nil
+		return s.grp().LeaveGroup(b), nil
 	case *kmsg.OffsetCommitRequest:
 		return s.offsetCommit(c, b), nil
 	case *kmsg.OffsetFetchRequest:
@@ -61,7 +61,7 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 	case *kmsg.DescribeGroupsRequest:
 		var denied []string
 		b.Groups, denied = split(b.Groups, func(g string) bool { return c.allowed(opDescribe, resGroup, groupName(g)) })
-		resp := s.groups.DescribeGroups(b)
+		resp := s.grp().DescribeGroups(b)
 		for _, g := range denied {
 			rg := kmsg.NewDescribeGroupsResponseGroup()
 			rg.Group, rg.ErrorCode, rg.AuthorizedOperations = g, groupDenied, -2147483648
@@ -69,7 +69,11 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 		}
 		return resp, nil
 	case *kmsg.ListGroupsRequest:
-		resp := s.groups.ListGroups(b)
+		if s.cl != nil && !roleOf(s.cl.groupsPart).isLeader {
+			// Not the coordinator: no groups here (clients ask every broker).
+			return b.ResponseKind(), nil
+		}
+		resp := s.grp().ListGroups(b)
 		if s.sec.authz != nil && !s.sec.authz.Authorize(c.principal, c.ip, opDescribe, resCluster, clusterName) {
 			keep := resp.Groups[:0]
 			for _, g := range resp.Groups {
@@ -84,7 +88,7 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 		var denied []string
 		b.Groups, denied = split(b.Groups, func(g string) bool { return c.allowed(opDelete, resGroup, groupName(g)) })
 		t := time.Now()
-		resp := s.groups.DeleteGroups(b)
+		resp := s.grp().DeleteGroups(b)
 		c.parkedSince(t) // mostly the group log's fsync
 		for _, g := range denied {
 			rg := kmsg.NewDeleteGroupsResponseGroup()
@@ -127,7 +131,7 @@ func (s *Server) offsetCommit(c *conn, b *kmsg.OffsetCommitRequest) kmsg.Respons
 	if groupOK {
 		b.Topics = keep
 		t := time.Now()
-		resp = s.groups.OffsetCommit(b)
+		resp = s.grp().OffsetCommit(b)
 		c.parkedSince(t) // mostly the group log's fsync
 	} else {
 		resp = b.ResponseKind().(*kmsg.OffsetCommitResponse)
@@ -171,7 +175,7 @@ func (s *Server) offsetFetch(c *conn, b *kmsg.OffsetFetchRequest) kmsg.Response 
 			b.Topics, denied = split(b.Topics, func(t kmsg.OffsetFetchRequestTopic) bool { return c.allowed(opDescribe, resTopic, t.Topic) })
 		}
 		all := b.Topics == nil
-		resp := s.groups.OffsetFetch(b)
+		resp := s.grp().OffsetFetch(b)
 		if all && s.sec.authz != nil {
 			keep := resp.Topics[:0]
 			for _, t := range resp.Topics {
@@ -216,7 +220,7 @@ func (s *Server) offsetFetch(c *conn, b *kmsg.OffsetFetchRequest) kmsg.Response 
 		keepGroups = append(keepGroups, g)
 	}
 	b.Groups = keepGroups
-	resp := s.groups.OffsetFetch(b)
+	resp := s.grp().OffsetFetch(b)
 	for i := range resp.Groups {
 		g := &resp.Groups[i]
 		if s.sec.authz != nil { // (named topics were checked above; all topics are filtered here)
@@ -259,7 +263,7 @@ func (s *Server) offsetDelete(c *conn, b *kmsg.OffsetDeleteRequest) kmsg.Respons
 	var denied []kmsg.OffsetDeleteRequestTopic
 	b.Topics, denied = split(b.Topics, func(t kmsg.OffsetDeleteRequestTopic) bool { return c.allowed(opRead, resTopic, t.Topic) })
 	t := time.Now()
-	resp := s.groups.OffsetDelete(b)
+	resp := s.grp().OffsetDelete(b)
 	c.parkedSince(t) // mostly the group log's fsync
 	for _, t := range denied {
 		rt := kmsg.NewOffsetDeleteResponseTopic()

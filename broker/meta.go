@@ -157,8 +157,8 @@ func (ms *metaStore) nextProducerID() (int64, error) {
 // before anything is served.
 func (s *Server) raiseLeaderEpoch() error {
 	found := int32(-1)
-	if s.groups != nil {
-		found = s.groups.MaxLeaderEpoch(maxFoundEpoch - 1)
+	if s.grp() != nil {
+		found = s.grp().MaxLeaderEpoch(maxFoundEpoch - 1)
 	}
 	for _, t := range s.reg.all() {
 		for _, p := range s.reg.partitionsOf(t) {

@@ -93,7 +93,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descConns, float64(conns))
 	gauge(descPartitions, float64(parts))
 	gauge(descLocalBytes, float64(local))
-	byState, members := s.groups.Stats()
+	byState, members := s.grp().Stats()
 	for _, st := range []string{"Empty", "PreparingRebalance", "CompletingRebalance", "Stable"} {
 		ch <- prometheus.MustNewConstMetric(descGroups, prometheus.GaugeValue, float64(byState[st]), st)
 	}

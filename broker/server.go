@@ -33,7 +33,9 @@ type Server struct {
 	store  *log.Store
 	reg    *registry
 	meta   *metaStore
-	groups *group.Coordinator
+	// groupsPtr is the group coordinator (grp); in cluster mode replaced
+	// when the group log's leadership moves (cluster_groups.go).
+	groupsPtr atomic.Pointer[group.Coordinator]
 
 	groupLog       *log.Partition
 	groupsMirrored atomic.Uint64 // group change count last mirrored to the bucket
@@ -80,6 +82,9 @@ type Server struct {
 
 	beforeHandle atomic.Pointer[func(*protocol.Request)] // tests: runs before every handler
 }
+
+// grp is the group coordinator.
+func (s *Server) grp() *group.Coordinator { return s.groupsPtr.Load() }
 
 // New opens the data directory (topic registry, broker identity, every
 // partition with recovery) and returns a server ready to Serve.
@@ -173,7 +178,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		cancel()
 		if err == nil {
-			byState, _ := s.groups.Stats()
+			byState, _ := s.grp().Stats()
 			for _, n := range byState {
 				if n > 0 {
 					s.offsetsShown.Store(true) // groups in use: Kafka would have its offsets topic

@@ -525,7 +525,7 @@ func (s *Server) offloadAll(ctx context.Context) offloadResult {
 		defer wg.Done()
 		s.mirrorTopics(ctx)
 		s.mirrorSecurity(ctx)
-		if s.groups != nil {
+		if s.grp() != nil {
 			s.mirrorGroups(ctx)
 		}
 		s.mirrorTxns(ctx)

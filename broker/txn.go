@@ -82,7 +82,7 @@ func (s *Server) restoreTxns(ctx context.Context, dir string) error {
 }
 
 func (s *Server) txnConfig() txn.Config {
-	cfg := txnHooks(s.txnPartition, s.groups, func() int64 { return s.cfg.Now().UnixMilli() }, s.meta.m.LeaderEpoch)
+	cfg := txnHooks(s.txnPartition, s.grp(), func() int64 { return s.cfg.Now().UnixMilli() }, s.meta.m.LeaderEpoch)
 	cfg.Logger = s.logger.Named("txn")
 	cfg.Now = s.cfg.Now
 	cfg.MaxTimeout = s.cfg.TransactionMaxTimeout

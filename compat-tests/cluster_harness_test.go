@@ -119,7 +119,7 @@ func startSynCluster(t testing.TB, n int, extra ...string) *synCluster {
 			defer wg.Done()
 			c.brokers[i] = startSynapseWith(t, abs, func(b *synapseBroker) {
 				b.extraArgs = append([]string{"--cluster", c.name, "--etcd", c.etcd.url,
-					"--node-id", strconv.Itoa(i), "--session-ttl", "3s", "--log-level", "info"}, extra...)
+					"--node-id", strconv.Itoa(i), "--session-ttl", "3s", "--log-level", clusterLogLevel()}, extra...)
 			})
 		}()
 	}
@@ -204,6 +204,33 @@ func (c *synCluster) states(t testing.TB, adm *kadm.Client, topic string) (map[i
 	return out, nil
 }
 
+// statesFrom is states asked of the broker at addr only.
+func (c *synCluster) statesFrom(t testing.TB, addr, topic string) (map[int32]partitionState, error) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := cl.SeedBrokers()[0].Request(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32]partitionState{}
+	for _, mt := range resp.(*kmsg.MetadataResponse).Topics {
+		for _, mp := range mt.Partitions {
+			out[mp.Partition] = partitionState{leader: mp.Leader, epoch: mp.LeaderEpoch, isr: mp.ISR}
+		}
+	}
+	return out, nil
+}
+
 // waitISR waits until every partition of topic has a leader and an ISR of
 // size want.
 func (c *synCluster) waitISR(t testing.TB, topic string, want int, within time.Duration) {
@@ -226,4 +253,13 @@ func (c *synCluster) waitISR(t testing.TB, topic string, want int, within time.D
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// clusterLogLevel is the brokers' log level (CLUSTER_LOG_LEVEL, default
+// info).
+func clusterLogLevel() string {
+	if v := os.Getenv("CLUSTER_LOG_LEVEL"); v != "" {
+		return v
+	}
+	return "info"
 }

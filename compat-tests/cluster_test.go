@@ -85,7 +85,7 @@ func runProducers(t *testing.T, seeds []string, topic string, partitions int32, 
 	for i := range n {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(topic),
 			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RequiredAcks(kgo.AllISRAcks()),
-			kgo.ProduceRequestTimeout(5*time.Second), kgo.RecordDeliveryTimeout(60*time.Second),
+			kgo.ProduceRequestTimeout(2*time.Second), kgo.RequestTimeoutOverhead(time.Second), kgo.RecordDeliveryTimeout(60*time.Second),
 			kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond }),
 			kgo.MetadataMinAge(100*time.Millisecond))
 		if err != nil {
@@ -352,9 +352,16 @@ func TestClusterZombieLeader(t *testing.T) {
 	}
 	victim := st[0].leader
 	c.brokers[victim].signal(t, syscall.SIGSTOP)
+	resumed := false
+	defer func() {
+		if !resumed { // a failure below must not leave it stopped
+			c.brokers[victim].signal(t, syscall.SIGCONT)
+		}
+	}()
 	paused := acks.count()
 	time.Sleep(7 * time.Second)
-	st2, err := c.states(t, adm, topic)
+	// Asked of a broker that runs (a client could pick the stopped one).
+	st2, err := c.statesFrom(t, c.brokers[(victim+1)%3].Addr(), topic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,6 +369,7 @@ func TestClusterZombieLeader(t *testing.T) {
 		t.Errorf("partition 0 after its leader's pause: leader %d epoch %d (was %d at %d)", st2[0].leader, st2[0].epoch, victim, st[0].epoch)
 	}
 	c.brokers[victim].signal(t, syscall.SIGCONT)
+	resumed = true
 	time.Sleep(4 * time.Second)
 	stop()
 	t.Logf("broker %d paused 7 s after %d acks; %d acks in all, %d failed", victim, paused, acks.count(), acks.fails.Load())

@@ -329,9 +329,14 @@ func (b *synapseBroker) stop(t testing.TB, sig syscall.Signal) {
 		select {
 		case <-exited:
 		case <-time.After(stopTimeout):
-			t.Errorf("synapse (pid %d) still running %s after %s; sending SIGKILL", pid, stopTimeout, sigName(sig))
-			_ = cmd.Process.Kill()
-			<-exited
+			t.Errorf("synapse (pid %d) still running %s after %s; sending SIGQUIT (goroutine dump to its log), then SIGKILL", pid, stopTimeout, sigName(sig))
+			_ = cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-exited:
+			case <-time.After(2 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
 		}
 	}
 	b.mu.Lock()
