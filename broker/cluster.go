@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/synapsebroker/synapse/coord"
@@ -78,6 +79,8 @@ type cluster struct {
 	rebalancedAt time.Time
 	// hwStart: the replication checkpoint read at start (cluster_replica.go).
 	hwStart map[string]int64
+
+	etcdLatency prometheus.Histogram // cluster_metrics.go
 
 	// The group log as a replicated partition (cluster_groups.go).
 	groupsPart      *partition
@@ -146,7 +149,7 @@ func startCluster(s *Server, cfg ClusterConfig) (*cluster, error) {
 		return nil, fmt.Errorf("cluster: advertised address: %w", err)
 	}
 	cl := &cluster{s: s, cfg: cfg, id: cfg.NodeID, logger: s.logger.Named("cluster"),
-		viewCh: make(chan struct{}), fetchers: map[int32]*replicaFetcher{}}
+		viewCh: make(chan struct{}), fetchers: map[int32]*replicaFetcher{}, etcdLatency: newEtcdLatency()}
 	cl.ctx, cl.cancel = context.WithCancel(context.Background())
 	ctx, cancel := context.WithTimeout(cl.ctx, 30*time.Second)
 	defer cancel()

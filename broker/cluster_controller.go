@@ -104,6 +104,7 @@ func (cl *cluster) controlOnce(ctx context.Context, co *coord.Client, lead *coor
 	defer cancel()
 	start := time.Now()
 	err := co.SetParts(ctx, ups, lead.Fence())
+	cl.observeEtcd(start)
 	if err != nil {
 		cl.logger.Info("controller writes not made (retried at the next view)", zap.Int("partitions", len(ups)), zap.Error(err))
 		return

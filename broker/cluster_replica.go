@@ -288,7 +288,7 @@ func (cl *cluster) isrLoop() {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	var saved map[string]int64
-	lastSave := time.Now()
+	lastSave, lastProbe := time.Now(), time.Time{}
 	for {
 		select {
 		case <-cl.ctx.Done():
@@ -303,6 +303,10 @@ func (cl *cluster) isrLoop() {
 		}
 		if time.Since(lastSave) >= time.Second {
 			saved, lastSave = cl.saveHWCheckpoint(saved), time.Now()
+		}
+		if time.Since(lastProbe) >= 2*time.Second {
+			cl.probeEtcd()
+			lastProbe = time.Now()
 		}
 	}
 }
@@ -356,7 +360,9 @@ func (cl *cluster) checkISR(p *partition) {
 	st := coord.PartState{Leader: r.leader, Epoch: r.epoch, Replicas: r.replicas, ISR: isr}
 	ctx, cancel := context.WithTimeout(cl.ctx, 5*time.Second)
 	defer cancel()
+	t0 := time.Now()
 	rev, err := cl.client().SetPart(ctx, coord.PartKey{Topic: p.topic.name, Partition: p.index}, st, r.modRev)
+	cl.observeEtcd(t0)
 	if err != nil {
 		cl.logger.Info("ISR change not made", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
 		return

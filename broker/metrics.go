@@ -71,10 +71,16 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		descCleanRead, descCleanWritten, descCleans, descCleanFails, descCleanRatio, descCleanSince, descCleanBucket} {
 		ch <- d
 	}
+	if s := (*Server)(c); s.cl != nil {
+		s.cl.describe(ch)
+	}
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	s := (*Server)(c)
+	if s.cl != nil {
+		s.cl.collect(ch)
+	}
 	s.mu.Lock()
 	conns := len(s.conns)
 	s.mu.Unlock()

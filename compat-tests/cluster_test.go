@@ -3,6 +3,9 @@ package compattests
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -121,6 +124,29 @@ func runProducers(t *testing.T, seeds []string, topic string, partitions int32, 
 		}()
 	}
 	return &wg
+}
+
+// scrapeMetrics reads b's /metrics: the value of each unlabelled series.
+func scrapeMetrics(t *testing.T, b *synapseBroker) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", b.httpPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		var name string
+		var v float64
+		if n, _ := fmt.Sscanf(line, "%s %g", &name, &v); n == 2 && !strings.HasPrefix(name, "#") {
+			out[name] = v
+		}
+	}
+	return out
 }
 
 // verifyAcked reads every partition from the start to its high watermark
@@ -268,6 +294,22 @@ func TestClusterKillLeaderUnderLoad(t *testing.T) {
 		t.Logf("partition %d: failover %s (kill to first ack)", p, d.Round(time.Millisecond))
 	}
 	t.Logf("failover: worst %s over %d partitions", worst.Round(time.Millisecond), len(led))
+	// /metrics of the survivors: two live brokers, and the partitions
+	// they lead short of the dead one's replica.
+	under := 0.0
+	for id, b := range c.brokers {
+		if int32(id) == victim {
+			continue
+		}
+		m := scrapeMetrics(t, b)
+		if m["synapse_cluster_live_brokers"] != 2 {
+			t.Errorf("broker %d: synapse_cluster_live_brokers %v, want 2", id, m["synapse_cluster_live_brokers"])
+		}
+		under += m["synapse_cluster_under_replicated_partitions"]
+	}
+	if under < float64(partitions) {
+		t.Errorf("under-replicated partitions %v after a broker's death, want %d (every partition has a replica there)", under, partitions)
+	}
 	c.brokers[victim].Start(t)
 	time.Sleep(3 * time.Second)
 	close(stop)

@@ -546,3 +546,9 @@ func validName(what, s string) error {
 	}
 	return nil
 }
+
+// Ping reads the cluster id key: one round trip to etcd (a latency probe).
+func (c *Client) Ping(ctx context.Context) error {
+	_, err := c.cli.Get(ctx, c.prefix+"cluster_id")
+	return c.wrapErr("ping", err)
+}

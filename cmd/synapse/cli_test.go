@@ -436,7 +436,10 @@ func TestCLIClusterInfo(t *testing.T) {
 		t.Errorf("broker: %+v", br)
 	}
 	out := mustCLI(t, 0, "", "cluster", "info", "--brokers", addr)
-	for _, want := range []string{"CLUSTER-ID  " + info.ClusterID, "CONTROLLER  0", "TOPICS      1 (and", "BROKER  HOST"} {
+	if br := info.Brokers[0]; br.Leaders != 3 || br.Replicas != 3 || len(info.UnderReplicated) != 0 || len(info.Offline) != 0 {
+		t.Errorf("leaders and replicas: %+v", info)
+	}
+	for _, want := range []string{"CLUSTER-ID        " + info.ClusterID, "CONTROLLER        0", "TOPICS            1 (and", "UNDER-REPLICATED  none", "BROKER  HOST", "LEADERS  REPLICAS"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("cluster info lacks %q:\n%s", want, out)
 		}
