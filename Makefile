@@ -29,7 +29,7 @@ STATICCHECK := $(TOOLS_BIN)/staticcheck
 ETCD := $(TOOLS_BIN)/etcd
 ETCD_VERSION := $(shell $(GO) list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3 2>/dev/null | sed 's/^v//')
 
-.PHONY: help run build tools lint test compat kgo-suite chaos fuzz bench bench-txn clean
+.PHONY: help run build tools lint test compat kgo-suite chaos fuzz bench bench-txn bench-cluster clean
 
 help:
 	@echo "make run     build, then bin/synapse serve (data in ./data)"
@@ -43,6 +43,7 @@ help:
 	@echo "make fuzz    each fuzz target in $(FUZZ_PKGS) for FUZZTIME=$(FUZZTIME)"
 	@echo "make bench   benchmarks"
 	@echo "make bench-txn  only the bench's transactions block (TX1, TX2); TXN_ARGS=\"-rounds 2 -txn-records 200000\" for a quick look"
+	@echo "make bench-cluster  only the bench's cluster block (CL1, CL2); CLUSTER_ARGS=\"-rounds 1\" for a quick look"
 	@echo "make clean   remove bin/"
 
 # Builds, then replaces make with the broker so Ctrl-C / SIGTERM reach it
@@ -129,7 +130,7 @@ SCALE_PARTITIONS ?= 1000,10000,100000
 SCALE_ARGS ?=
 bench: build tools
 	cd bench && $(GO) build -o $(CURDIR)/bin/kfake ./kfake
-	cd bench && $(GO) run ./runner -synapse $(CURDIR)/bin/synapse -kfake $(CURDIR)/bin/kfake $(SIDE_BY_SIDE_ARGS)
+	cd bench && $(GO) run ./runner -synapse $(CURDIR)/bin/synapse -kfake $(CURDIR)/bin/kfake -etcd $(ETCD) $(SIDE_BY_SIDE_ARGS)
 	cd bench && $(GO) run ./runner -synapse $(CURDIR)/bin/synapse -kfake $(CURDIR)/bin/kfake -scale-only -scale $(SCALE_PARTITIONS) $(SCALE_ARGS)
 	./bin/synapse bench log $(BENCH_ARGS)
 	@# Flush what the runs above left dirty, so its writeback does not run during the tiering benchmarks.
@@ -146,6 +147,10 @@ TXN_ARGS ?=
 bench-txn: build
 	cd bench && $(GO) build -o $(CURDIR)/bin/kfake ./kfake
 	cd bench && $(GO) run ./runner -synapse $(CURDIR)/bin/synapse -kfake $(CURDIR)/bin/kfake -txn-only $(TXN_ARGS)
+
+bench-cluster: build tools
+	cd bench && $(GO) build -o $(CURDIR)/bin/kfake ./kfake
+	cd bench && $(GO) run ./runner -synapse $(CURDIR)/bin/synapse -kfake $(CURDIR)/bin/kfake -etcd $(ETCD) -cluster-only $(CLUSTER_ARGS)
 
 clean:
 	rm -rf bin/

@@ -43,8 +43,12 @@ type ClusterConfig struct {
 	NodeID int32
 	// Rack is the broker's rack (broker.rack), shown in Metadata.
 	Rack string
-	// Advertise is the host:port registered for clients and peers.
+	// Advertise is the host:port registered for clients (and peers, unless
+	// PeerAdvertise is set).
 	Advertise string
+	// PeerAdvertise, if set, is the host:port other brokers fetch from
+	// (a replication network, or a proxy in tests).
+	PeerAdvertise string
 	// SessionTTL is the etcd session's TTL: a broker silent this long
 	// loses its registration and its leaderships (default 3 s).
 	SessionTTL time.Duration
@@ -148,6 +152,12 @@ func startCluster(s *Server, cfg ClusterConfig) (*cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: advertised address: %w", err)
 	}
+	self := coord.BrokerInfo{ID: cfg.NodeID, Host: host, Port: port, Rack: cfg.Rack}
+	if cfg.PeerAdvertise != "" {
+		if self.PeerHost, self.PeerPort, err = hostPort(cfg.PeerAdvertise); err != nil {
+			return nil, fmt.Errorf("cluster: peer address: %w", err)
+		}
+	}
 	cl := &cluster{s: s, cfg: cfg, id: cfg.NodeID, logger: s.logger.Named("cluster"),
 		viewCh: make(chan struct{}), fetchers: map[int32]*replicaFetcher{}, etcdLatency: newEtcdLatency()}
 	cl.ctx, cl.cancel = context.WithCancel(context.Background())
@@ -166,7 +176,7 @@ func startCluster(s *Server, cfg ClusterConfig) (*cluster, error) {
 	s.meta.mu.Lock()
 	s.meta.m.NodeID, s.meta.m.ClusterID = cfg.NodeID, co.ClusterID()
 	s.meta.mu.Unlock()
-	if err := co.Register(ctx, coord.BrokerInfo{ID: cfg.NodeID, Host: host, Port: port, Rack: cfg.Rack}); err != nil {
+	if err := co.Register(ctx, self); err != nil {
 		co.Close()
 		return nil, err
 	}
@@ -177,7 +187,7 @@ func startCluster(s *Server, cfg ClusterConfig) (*cluster, error) {
 	go func() { defer cl.wg.Done(); cl.isrLoop() }()
 	go func() {
 		defer cl.wg.Done()
-		cl.sessions(co, host, port, func() { once.Do(func() { close(first) }) })
+		cl.sessions(co, self, func() { once.Do(func() { close(first) }) })
 	}()
 	select {
 	case <-first:
@@ -207,7 +217,7 @@ func (cl *cluster) setClient(co *coord.Client) {
 // broker stops leading at once (another broker may lead by now), and joins
 // again with a new session (a new incarnation). ready is called at the
 // first view.
-func (cl *cluster) sessions(co *coord.Client, host string, port int32, ready func()) {
+func (cl *cluster) sessions(co *coord.Client, self coord.BrokerInfo, ready func()) {
 	backoff := 100 * time.Millisecond
 	for {
 		ctx, cancel := context.WithCancel(cl.ctx)
@@ -241,7 +251,7 @@ func (cl *cluster) sessions(co *coord.Client, host string, port int32, ready fun
 			dctx, dcancel := context.WithTimeout(cl.ctx, 10*time.Second)
 			co, err = coord.Dial(dctx, coord.Config{Endpoints: cl.cfg.Etcd, Cluster: cl.cfg.Name, TTL: cl.cfg.SessionTTL, Logger: cl.logger.Named("etcd")})
 			if err == nil {
-				if err = co.Register(dctx, coord.BrokerInfo{ID: cl.id, Host: host, Port: port, Rack: cl.cfg.Rack}); err != nil {
+				if err = co.Register(dctx, self); err != nil {
 					co.Close()
 				}
 			}

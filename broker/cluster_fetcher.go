@@ -505,6 +505,9 @@ func (cl *cluster) brokerAddr(id int32) (string, bool) {
 	if !ok {
 		return "", false
 	}
+	if b.PeerHost != "" {
+		return net.JoinHostPort(b.PeerHost, strconv.Itoa(int(b.PeerPort))), true
+	}
 	return net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))), true
 }
 

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -97,10 +98,26 @@ type synCluster struct {
 	name    string
 	etcd    *etcdProc
 	brokers []*synapseBroker // by node id
+	// With startSynClusterProxied: each broker reaches etcd through its
+	// own proxy, and its peers reach it through another.
+	etcdProxy, peerProxy []*faultProxy
 }
 
 // startSynCluster starts n brokers (node ids 0..n-1) over a new etcd.
 func startSynCluster(t testing.TB, n int, extra ...string) *synCluster {
+	t.Helper()
+	return startCluster(t, n, false, extra...)
+}
+
+// startSynClusterProxied is startSynCluster with fault proxies in front of
+// etcd and of each broker's peer traffic (synCluster.etcdProxy,
+// peerProxy).
+func startSynClusterProxied(t testing.TB, n int, extra ...string) *synCluster {
+	t.Helper()
+	return startCluster(t, n, true, extra...)
+}
+
+func startCluster(t testing.TB, n int, proxied bool, extra ...string) *synCluster {
 	t.Helper()
 	bin := os.Getenv("SYNAPSE_BIN")
 	if bin == "" {
@@ -113,13 +130,22 @@ func startSynCluster(t testing.TB, n int, extra ...string) *synCluster {
 	c := &synCluster{name: "c" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36), etcd: startEtcd(t)}
 	var wg sync.WaitGroup
 	c.brokers = make([]*synapseBroker, n)
+	c.etcdProxy, c.peerProxy = make([]*faultProxy, n), make([]*faultProxy, n)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			c.brokers[i] = startSynapseWith(t, abs, func(b *synapseBroker) {
-				b.extraArgs = append([]string{"--cluster", c.name, "--etcd", c.etcd.url,
-					"--node-id", strconv.Itoa(i), "--session-ttl", "3s", "--log-level", clusterLogLevel()}, extra...)
+				etcdURL := c.etcd.url
+				var peer []string
+				if proxied {
+					c.etcdProxy[i] = newFaultProxy(t, strings.TrimPrefix(c.etcd.url, "http://"))
+					etcdURL = "http://" + c.etcdProxy[i].Addr()
+					c.peerProxy[i] = newFaultProxy(t, b.Addr())
+					peer = []string{"--peer-advertised-addr", c.peerProxy[i].Addr()}
+				}
+				b.extraArgs = append(append([]string{"--cluster", c.name, "--etcd", etcdURL,
+					"--node-id", strconv.Itoa(i), "--session-ttl", "3s", "--log-level", clusterLogLevel()}, peer...), extra...)
 			})
 		}()
 	}

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -339,7 +339,12 @@ func (b *synapseBroker) signal(t testing.TB, sig syscall.Signal) {
 // clusterLoad starts a 3-broker cluster with a 6-partition RF 3 topic and
 // two producers; stop ends them.
 func clusterLoad(t *testing.T) (c *synCluster, topic string, partitions int32, acks *ackLog, times *ackTimes, stop func()) {
-	c = startSynCluster(t, 3)
+	return clusterLoadOn(t, startSynCluster(t, 3))
+}
+
+// clusterLoadOn is clusterLoad on a cluster started by the caller.
+func clusterLoadOn(t *testing.T, cl *synCluster) (c *synCluster, topic string, partitions int32, acks *ackLog, times *ackTimes, stop func()) {
+	c = cl
 	topic, partitions = "load", 6
 	adm := c.admin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -449,4 +454,42 @@ func verifyAckedAtLeastOnce(t *testing.T, seeds []string, topic string, partitio
 	if dups > 0 {
 		t.Logf("%d values read twice (retries of a producer without idempotence)", dups)
 	}
+}
+
+// TestClusterEtcdLost stops etcd (SIGSTOP, as a lost quorum looks to its
+// clients) for longer than the session TTL under load, then lets it run
+// again. Brokers whose sessions end stop leading, so acks=all produce
+// stalls rather than acknowledging what no quorum agreed; once etcd is
+// back they register again, leadership resumes, and every acknowledged
+// record is read back.
+func TestClusterEtcdLost(t *testing.T) {
+	c, topic, partitions, acks, times, stop := clusterLoad(t)
+	time.Sleep(2 * time.Second)
+	before := acks.count()
+	if err := c.etcd.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			c.etcd.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	paused := time.Now()
+	time.Sleep(8 * time.Second)
+	if err := c.etcd.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	back := time.Now()
+	c.waitISR(t, topic, 3, 60*time.Second)
+	time.Sleep(2 * time.Second)
+	stop()
+	gap, p := times.maxGap(paused, time.Now())
+	t.Logf("etcd stopped 8 s after %d acks; %d acks in all, %d failed; longest gap between acks %s (partition %d); ISR whole %s after etcd was back",
+		before, acks.count(), acks.fails.Load(), gap.Round(time.Millisecond), p, time.Since(back).Round(time.Millisecond))
+	if acks.count() <= before {
+		t.Fatal("nothing acknowledged after etcd came back")
+	}
+	verifyAcked(t, c.seeds(), topic, partitions, acks)
 }

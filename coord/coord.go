@@ -85,6 +85,10 @@ type BrokerInfo struct {
 	Port        int32  `json:"port"`
 	Rack        string `json:"rack,omitempty"`
 	Incarnation int64  `json:"incarnation"` // the session lease id
+	// PeerHost and PeerPort, if set, are where other brokers fetch from
+	// (else Host and Port, the clients' address).
+	PeerHost string `json:"peer_host,omitempty"`
+	PeerPort int32  `json:"peer_port,omitempty"`
 }
 
 // TopicInfo is the value of topics/<name>.

@@ -64,6 +64,7 @@ type options struct {
 	scale   scaleOptions   // scale.go
 	txn     txnOptions     // txn.go
 	http    httpOptions    // http.go
+	cluster clusterOptions // cluster.go
 	cleaner cleanerOptions // cleaner.go
 }
 
@@ -85,6 +86,7 @@ func main() {
 	flag.IntVar(&o.authMaxDialers, "auth-max-dialers", 16, "concurrent dialers of the as-fast-as-possible auth run")
 	scaleFlags(&o.scale)
 	txnFlags(&o.txn)
+	clusterFlags(&o.cluster)
 	httpFlags(&o.http)
 	cleanerFlags(&o.cleaner)
 	flag.Parse()
@@ -99,6 +101,9 @@ func main() {
 	}
 	if o.cleaner.rounds < 0 {
 		o.cleaner.rounds = o.rounds
+	}
+	if o.cluster.rounds < 0 {
+		o.cluster.rounds = o.rounds
 	}
 	o.http.batch, o.http.workers = max(o.http.batch, 1), max(o.http.workers, 1)
 	o.txn.perTxn, o.txn.readProducers, o.txn.abortEvery = max(o.txn.perTxn, 1), max(o.txn.readProducers, 1), max(o.txn.abortEvery, 0)
@@ -164,6 +169,9 @@ func (r *runner) run() error {
 	if r.o.cleaner.only {
 		return r.cleanerBlock()
 	}
+	if r.o.cluster.only {
+		return r.clusterBlock()
+	}
 	if !r.o.secOnly {
 		if err := r.sideBySide(); err != nil {
 			return err
@@ -180,6 +188,11 @@ func (r *runner) run() error {
 		}
 		if r.o.cleaner.rounds > 0 {
 			if err := r.cleanerBlock(); err != nil {
+				return err
+			}
+		}
+		if r.o.cluster.rounds > 0 {
+			if err := r.clusterBlock(); err != nil {
 				return err
 			}
 		}
@@ -597,6 +610,8 @@ func (r *runner) report(w io.Writer, took time.Duration) {
 		what = "HTTP API block"
 	case r.o.cleaner.only:
 		what = "log cleaner block"
+	case r.o.cluster.only:
+		what = "cluster block"
 	}
 	fmt.Fprintf(w, "\n`make bench` %s, %s, %d CPUs, %s, host %s, %s in all.\n",
 		what, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), host, took.Round(time.Second))
@@ -611,6 +626,8 @@ func (r *runner) report(w io.Writer, took time.Duration) {
 		r.reportHTTP(w)
 	case r.o.cleaner.only:
 		r.reportCleaner(w)
+	case r.o.cluster.only:
+		r.reportCluster(w)
 	default:
 		if !r.o.secOnly {
 			r.reportSideBySide(w)
@@ -622,6 +639,9 @@ func (r *runner) report(w io.Writer, took time.Duration) {
 			}
 			if r.o.cleaner.rounds > 0 {
 				r.reportCleaner(w)
+			}
+			if r.o.cluster.rounds > 0 {
+				r.reportCluster(w)
 			}
 		}
 		if r.o.secRounds > 0 {

@@ -23,6 +23,7 @@ type clusterOptions struct {
 	etcdPeer      string
 	nodeID        int32
 	rack          string
+	peerAddr      string
 	sessionTTL    time.Duration
 	replicaLagMax time.Duration
 }
@@ -34,6 +35,7 @@ func (o *clusterOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.etcdPeer, "etcd-peer-listen", "127.0.0.1:2380", "with --etcd embedded: the embedded etcd's peer address")
 	fs.Int32Var(&o.nodeID, "node-id", -1, "cluster mode: this broker's id (0 or more), unique in the cluster and fixed for its data directory")
 	fs.StringVar(&o.rack, "rack", "", "cluster mode: this broker's rack (Kafka's broker.rack)")
+	fs.StringVar(&o.peerAddr, "peer-advertised-addr", "", "cluster mode: host:port other brokers fetch from (default: the advertised address of the first listener)")
 	fs.DurationVar(&o.sessionTTL, "session-ttl", 3*time.Second, "cluster mode: a broker silent to etcd this long loses its leaderships (at least 2s)")
 	fs.DurationVar(&o.replicaLagMax, "replica-lag-time-max", 10*time.Second, "cluster mode: a follower behind the leader this long leaves the ISR (Kafka's replica.lag.time.max.ms)")
 }
@@ -80,6 +82,6 @@ func (o *clusterOptions) start(dataDir, advertised string, logger *zap.Logger) (
 		endpoints = []string{e.Endpoint()}
 		logger.Info("embedded etcd", zap.String("client_url", e.Endpoint()))
 	}
-	return &broker.ClusterConfig{Name: o.name, Etcd: endpoints, NodeID: o.nodeID, Rack: o.rack, Advertise: advertised,
+	return &broker.ClusterConfig{Name: o.name, Etcd: endpoints, NodeID: o.nodeID, Rack: o.rack, Advertise: advertised, PeerAdvertise: o.peerAddr,
 		SessionTTL: o.sessionTTL, ReplicaLagMax: o.replicaLagMax}, stop, nil
 }
