@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -81,6 +82,8 @@ type cluster struct {
 	// rebalancedAt: the controller's last preferred-leader pass
 	// (controller goroutine only).
 	rebalancedAt time.Time
+	// dirID names this broker's data directory (cluster.json).
+	dirID string
 	// hwStart: the replication checkpoint read at start (cluster_replica.go).
 	hwStart map[string]int64
 
@@ -173,12 +176,26 @@ func startCluster(s *Server, cfg ClusterConfig) (*cluster, error) {
 	}
 	cl.hwStart = cl.loadHWCheckpoint()
 	cl.initGroups()
+	self.DirID = cl.dirID
 	s.meta.mu.Lock()
 	s.meta.m.NodeID, s.meta.m.ClusterID = cfg.NodeID, co.ClusterID()
 	s.meta.mu.Unlock()
-	if err := co.Register(ctx, self); err != nil {
-		co.Close()
-		return nil, err
+	// A broker killed a moment ago still holds its id until its lease
+	// expires: wait for that, not longer.
+	for {
+		err := co.Register(ctx, self)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, coord.ErrNodeIDInUse) || ctx.Err() != nil {
+			co.Close()
+			return nil, err
+		}
+		cl.logger.Info("node id still registered (a previous run's session): waiting for it to expire", zap.Int32("node_id", cfg.NodeID))
+		if !sleepCtx(ctx, 500*time.Millisecond) {
+			co.Close()
+			return nil, fmt.Errorf("cluster: node id %d: %w", cfg.NodeID, err)
+		}
 	}
 	first := make(chan struct{})
 	var once sync.Once
@@ -281,6 +298,7 @@ func (cl *cluster) checkDataDir(clusterID string) error {
 	var rec struct {
 		ClusterID string `json:"cluster_id"`
 		NodeID    int32  `json:"node_id"`
+		DirID     string `json:"dir_id"`
 	}
 	b, err := os.ReadFile(path)
 	switch {
@@ -294,6 +312,10 @@ func (cl *cluster) checkDataDir(clusterID string) error {
 		if rec.NodeID != cl.cfg.NodeID {
 			return fmt.Errorf("cluster: the data directory is node %d's, not node %d's", rec.NodeID, cl.cfg.NodeID)
 		}
+		if rec.DirID == "" {
+			return fmt.Errorf("cluster: %s names no data directory id", path)
+		}
+		cl.dirID = rec.DirID
 		return nil
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("cluster: %w", err)
@@ -301,7 +323,12 @@ func (cl *cluster) checkDataDir(clusterID string) error {
 	if n := len(cl.s.reg.all()); n > 0 {
 		return fmt.Errorf("cluster: the data directory holds %d topics of a single-node broker; start cluster mode on an empty one", n)
 	}
-	rec.ClusterID, rec.NodeID = clusterID, cl.cfg.NodeID
+	var id [16]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return err
+	}
+	rec.ClusterID, rec.NodeID, rec.DirID = clusterID, cl.cfg.NodeID, hex.EncodeToString(id[:])
+	cl.dirID = rec.DirID
 	b, _ = json.Marshal(rec)
 	if err := log.WriteFileAtomic(log.OSFS, path, b); err != nil {
 		return fmt.Errorf("cluster: %w", err)

@@ -69,7 +69,30 @@ func (cl *cluster) control(ctx context.Context, co *coord.Client, lead *coord.Le
 // controlOnce writes the partition states v calls for.
 func (cl *cluster) controlOnce(ctx context.Context, co *coord.Client, lead *coord.Leadership, v *coord.View) {
 	live := liveBrokers(v)
-	alive := func(id int32) bool { _, ok := v.Brokers[id]; return ok }
+	// A broker counts as the replica the ISR knows only with the data
+	// directory the cluster knows it by: one back with another (an empty
+	// or replaced disk) leaves every ISR and is elected nowhere, until the
+	// controller records its new directory below (it then rejoins ISRs by
+	// catching up, as any follower).
+	alive := func(id int32) bool {
+		b, ok := v.Brokers[id]
+		if !ok {
+			return false
+		}
+		d, known := v.Dirs[id]
+		return !known || b.DirID == "" || d == b.DirID
+	}
+	replaced := func(id int32) bool {
+		b, ok := v.Brokers[id]
+		d, known := v.Dirs[id]
+		return ok && known && b.DirID != "" && d != b.DirID
+	}
+	newDirs := map[int32]string{}
+	for id, b := range v.Brokers {
+		if b.DirID != "" && v.Dirs[id] != b.DirID {
+			newDirs[id] = b.DirID
+		}
+	}
 	// Preferred leaders (Kafka's auto.leader.rebalance.enable), at most
 	// every rebalanceEvery: a broker back in the ISR takes back the
 	// partitions it is the first replica of.
@@ -88,7 +111,7 @@ func (cl *cluster) controlOnce(ctx context.Context, co *coord.Client, lead *coor
 				}
 				continue
 			}
-			if st, changed := electFor(part.State, alive); changed {
+			if st, changed := electFor(part.State, alive, replaced); changed {
 				ups = append(ups, coord.PartUpdate{Key: k, State: st, ModRev: part.ModRev})
 			} else if rebalance {
 				if st, ok := preferLeader(part.State, alive); ok {
@@ -97,7 +120,7 @@ func (cl *cluster) controlOnce(ctx context.Context, co *coord.Client, lead *coor
 			}
 		}
 	}
-	if len(ups) == 0 {
+	if len(ups) == 0 && len(newDirs) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -108,6 +131,16 @@ func (cl *cluster) controlOnce(ctx context.Context, co *coord.Client, lead *coor
 	if err != nil {
 		cl.logger.Info("controller writes not made (retried at the next view)", zap.Int("partitions", len(ups)), zap.Error(err))
 		return
+	}
+	// Once no ISR counts a broker by its old directory: its new one.
+	for id, d := range newDirs {
+		if old, known := v.Dirs[id]; known {
+			cl.logger.Warn("broker back with another data directory: out of every ISR until it catches up",
+				zap.Int32("broker", id), zap.String("was", old), zap.String("now", d))
+		}
+	}
+	if err := co.SetDirs(ctx, newDirs, lead.Fence()); err != nil {
+		cl.logger.Info("controller: data directories not recorded (retried at the next view)", zap.Error(err))
 	}
 	for _, u := range ups {
 		cl.logger.Info("partition state", zap.String("topic", u.Key.Topic), zap.Int32("partition", u.Key.Partition),
@@ -155,7 +188,7 @@ func assignReplicas(topic string, p, rf int32, live []coord.BrokerInfo) (coord.P
 
 // electFor returns the state st should move to given who is alive, and
 // whether it changes.
-func electFor(st coord.PartState, alive func(int32) bool) (coord.PartState, bool) {
+func electFor(st coord.PartState, alive, replaced func(int32) bool) (coord.PartState, bool) {
 	isr := make([]int32, 0, len(st.ISR))
 	for _, id := range st.ISR {
 		if alive(id) {
@@ -176,12 +209,17 @@ func electFor(st coord.PartState, alive func(int32) bool) (coord.PartState, bool
 			return coord.PartState{Leader: id, Epoch: st.Epoch + 1, Replicas: st.Replicas, ISR: isr}, true
 		}
 	}
-	if st.Leader == -1 {
-		return st, false // offline already: wait for an ISR member
-	}
 	// Nobody in the ISR is alive: offline, keeping the ISR it had (its
-	// members hold every committed record).
-	return coord.PartState{Leader: -1, Epoch: st.Epoch + 1, Replicas: st.Replicas, ISR: st.ISR}, true
+	// members hold every committed record), but for brokers back with
+	// another data directory, which hold none of it.
+	keep := slices.DeleteFunc(slices.Clone(st.ISR), replaced)
+	if st.Leader == -1 {
+		if len(keep) == len(st.ISR) {
+			return st, false // offline already: wait for an ISR member
+		}
+		return coord.PartState{Leader: -1, Epoch: st.Epoch, Replicas: st.Replicas, ISR: keep}, true
+	}
+	return coord.PartState{Leader: -1, Epoch: st.Epoch + 1, Replicas: st.Replicas, ISR: keep}, true
 }
 
 // handOver moves the leadership of every partition this broker leads to

@@ -89,6 +89,9 @@ type BrokerInfo struct {
 	// (else Host and Port, the clients' address).
 	PeerHost string `json:"peer_host,omitempty"`
 	PeerPort int32  `json:"peer_port,omitempty"`
+	// DirID names the broker's data directory: a broker back with another
+	// (an empty disk) is not the replica the ISR counted.
+	DirID string `json:"dir_id,omitempty"`
 }
 
 // TopicInfo is the value of topics/<name>.
@@ -555,4 +558,24 @@ func validName(what, s string) error {
 func (c *Client) Ping(ctx context.Context) error {
 	_, err := c.cli.Get(ctx, c.prefix+"cluster_id")
 	return c.wrapErr("ping", err)
+}
+
+// SetDirs records, for each broker, the data directory the cluster knows
+// it by (dirs/<id>, no lease), fenced like any controller write.
+func (c *Client) SetDirs(ctx context.Context, dirs map[int32]string, fence ...clientv3.Cmp) error {
+	if len(dirs) == 0 {
+		return nil
+	}
+	ops := make([]clientv3.Op, 0, len(dirs))
+	for id, d := range dirs {
+		ops = append(ops, clientv3.OpPut(c.prefix+"dirs/"+strconv.Itoa(int(id)), d))
+	}
+	resp, err := c.cli.Txn(ctx).If(fence...).Then(ops...).Commit()
+	if err != nil {
+		return c.wrapErr("set dirs", err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("coord: set dirs: %w", ErrConflict)
+	}
+	return nil
 }

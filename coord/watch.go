@@ -25,6 +25,9 @@ type View struct {
 	Topics     map[string]Topic
 	Parts      map[PartKey]Part
 	Controller int32 // broker id of the current controller, -1 if none
+	// Dirs: the data directory (BrokerInfo.DirID) the cluster knows each
+	// broker by, from dirs/<id> (SetDirs).
+	Dirs map[int32]string
 }
 
 // Watch keeps fn informed of the cluster: it loads the whole prefix with one
@@ -81,8 +84,8 @@ type watchState struct {
 
 	// own* record which of view's maps were cloned for the batch being
 	// applied and may therefore be written in place.
-	ownBrokers, ownTopics, ownParts bool
-	ctrlDirty                       bool
+	ownBrokers, ownTopics, ownParts, ownDirs bool
+	ctrlDirty                                bool
 }
 
 type candidate struct {
@@ -103,10 +106,11 @@ func (c *Client) load(ctx context.Context) (*watchState, error) {
 			Brokers:    make(map[int32]BrokerInfo),
 			Topics:     make(map[string]Topic),
 			Parts:      make(map[PartKey]Part),
+			Dirs:       make(map[int32]string),
 			Controller: -1,
 		},
 		candidates: make(map[string]candidate),
-		ownBrokers: true, ownTopics: true, ownParts: true,
+		ownBrokers: true, ownTopics: true, ownParts: true, ownDirs: true,
 	}
 	for _, kv := range resp.Kvs {
 		st.put(kv)
@@ -156,6 +160,18 @@ func (st *watchState) begin() {
 	v := *st.view
 	st.view = &v
 	st.ownBrokers, st.ownTopics, st.ownParts, st.ctrlDirty = false, false, false, false
+	st.ownDirs = false
+}
+
+func (st *watchState) dirs() map[int32]string {
+	if !st.ownDirs {
+		st.view.Dirs = maps.Clone(st.view.Dirs)
+		if st.view.Dirs == nil {
+			st.view.Dirs = map[int32]string{}
+		}
+		st.ownDirs = true
+	}
+	return st.view.Dirs
 }
 
 func (st *watchState) brokers() map[int32]BrokerInfo {
@@ -192,6 +208,7 @@ const (
 	kindController
 	kindTopic
 	kindPart
+	kindDir
 )
 
 type parsedKey struct {
@@ -219,6 +236,13 @@ func (st *watchState) parse(key []byte) parsedKey {
 			return parsedKey{}
 		}
 		return parsedKey{kind: kindBroker, broker: int32(id)}
+	}
+	if s, ok := strings.CutPrefix(rel, "dirs/"); ok {
+		id, err := strconv.ParseInt(s, 10, 32)
+		if err != nil {
+			return parsedKey{}
+		}
+		return parsedKey{kind: kindDir, broker: int32(id)}
 	}
 	if s, ok := strings.CutPrefix(rel, "topics/"); ok && s != "" {
 		return parsedKey{kind: kindTopic, topic: s}
@@ -265,6 +289,8 @@ func (st *watchState) put(kv *mvccpb.KeyValue) {
 			return
 		}
 		st.topics()[pk.topic] = Topic{Info: t, ModRev: kv.ModRevision}
+	case kindDir:
+		st.dirs()[pk.broker] = string(kv.Value)
 	case kindPart:
 		var p PartState
 		if err := json.Unmarshal(kv.Value, &p); err != nil {
@@ -288,6 +314,10 @@ func (st *watchState) del(kv *mvccpb.KeyValue) {
 		st.delTopic(pk.topic)
 	case kindPart:
 		st.delPart(pk.part)
+	case kindDir:
+		if _, ok := st.view.Dirs[pk.broker]; ok {
+			delete(st.dirs(), pk.broker)
+		}
 	}
 }
 
