@@ -129,7 +129,7 @@ func (cl *cluster) replicaFetchOnce(rid int32, req *kmsg.FetchRequest, record bo
 			if record {
 				cl.noteFollower(p, r, rid, rp.FetchOffset)
 			}
-			waitOn = append(waitOn, p.log.Notify())
+			waitOn = append(waitOn, p.log.ReplicaNotify())
 			budget := min(int64(rp.PartitionMaxBytes), replicaFetchMaxBytes, maxTotal-total)
 			if rp.PartitionMaxBytes <= 0 {
 				budget = min(replicaFetchMaxBytes, maxTotal-total)
@@ -138,7 +138,7 @@ func (cl *cluster) replicaFetchOnce(rid int32, req *kmsg.FetchRequest, record bo
 				st.Partitions = append(st.Partitions, sp) // the response is full: next time
 				continue
 			}
-			end := p.log.DurableEnd()
+			end := p.log.LogEndOffset()
 			res, err := p.log.ReadReplica(rp.FetchOffset, budget)
 			if err != nil {
 				sp.ErrorCode = cl.s.errorCode(err)
@@ -177,11 +177,11 @@ func (cl *cluster) noteFollower(p *partition, r *replicaRole, rid int32, off int
 		f = &followerState{epoch: r.epoch, caughtUp: now}
 		p.repl.followers[rid] = f
 	}
-	f.leo, f.fetched = min(off, p.log.DurableEnd()), now
+	f.leo, f.fetched = min(off, p.log.LogEndOffset()), now
 	// Kafka's rule: caught up as of the last answer if it now asks from
 	// where that answer's log ended (under steady load the leader is
 	// always a little ahead of the current fetch).
-	if off >= p.log.DurableEnd() {
+	if off >= p.log.LogEndOffset() {
 		f.caughtUp = now
 	} else if f.sentAt.After(f.caughtUp) && off >= f.sentEnd {
 		f.caughtUp = f.sentAt

@@ -210,8 +210,22 @@ type partitionState struct {
 	isr           []int32
 }
 
-// states reads topic's partitions from Metadata.
+// states reads topic's partitions from Metadata, asking again for up to
+// 5 s while it fails (the broker asked may not have applied a new topic
+// yet: each answers from its own view).
 func (c *synCluster) states(t testing.TB, adm *kadm.Client, topic string) (map[int32]partitionState, error) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := c.statesOnce(t, adm, topic)
+		if err == nil || time.Now().After(deadline) {
+			return st, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (c *synCluster) statesOnce(t testing.TB, adm *kadm.Client, topic string) (map[int32]partitionState, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

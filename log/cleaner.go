@@ -692,7 +692,7 @@ func (p *Partition) swapLocked(g []*segment, out *CleanedSegment, hasTxn bool, a
 	rest := append(append(append([]*segment(nil), segs[:i]...), ns), segs[i+len(g):]...)
 	p.segs.Store(&rest)
 	p.stableMark.Store(nil)
-	for _, m := range []*atomic.Pointer[mark]{&p.hw, &p.dur} {
+	for _, m := range []*atomic.Pointer[mark]{&p.hw, &p.dur, &p.rep.leoMark} {
 		if cur := m.Load(); cur.seg != nil && cur.seg.base >= out.Base && cur.seg.base < out.Next {
 			m.Store(&mark{off: cur.off, seg: ns, pos: out.Size})
 		}

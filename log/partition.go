@@ -213,6 +213,7 @@ func (p *Partition) setHWLocked(m mark) {
 func (p *Partition) setMarksLocked(m mark) {
 	p.dur.Store(&m)
 	p.hw.Store(&m)
+	p.rep.leoMark.Store(&m)
 }
 
 // failLocked latches a storage error: the partition goes offline.
@@ -350,6 +351,10 @@ func (p *Partition) appendChecked(batch []byte, h BatchHeader, cfg *Config) (App
 	seg.next.Store(next)
 	seg.size.Store(end)
 	p.leo.Store(next)
+	if p.rep.on.Load() {
+		p.rep.leoMark.Store(&mark{off: next, seg: seg, pos: end})
+		p.wakeReplicas()
+	}
 	if !p.store.Durable() {
 		p.setHWLocked(mark{off: next, seg: seg, pos: end})
 	}

@@ -27,6 +27,34 @@ type replicaState struct {
 	// truncs counts truncations: a sync begun before one publishes nothing
 	// (its target may lie in the part cut away).
 	truncs atomic.Uint64
+	// leoMark is the log end as a position, set at every append: what a
+	// leader serves its followers, before its own fsync (the follower's
+	// fsync runs beside it; the high watermark still waits for both).
+	leoMark atomic.Pointer[mark]
+	// notify wakes replica fetches at every append (Notify wakes readers
+	// when the high watermark moves).
+	notify  atomic.Pointer[chan struct{}]
+	waiting atomic.Bool
+}
+
+// ReplicaNotify returns a channel closed at the next append (or
+// truncation): what a leader's answer to a follower waits on.
+func (p *Partition) ReplicaNotify() <-chan struct{} {
+	p.rep.waiting.Store(true)
+	if ch := p.rep.notify.Load(); ch != nil {
+		return *ch
+	}
+	return p.Notify() // not replicated
+}
+
+func (p *Partition) wakeReplicas() {
+	if !p.rep.waiting.Swap(false) {
+		return
+	}
+	ch := make(chan struct{})
+	if old := p.rep.notify.Swap(&ch); old != nil {
+		close(*old)
+	}
 }
 
 // ErrBelowHighWatermark: a truncation would remove committed records.
@@ -42,6 +70,9 @@ func (p *Partition) SetReplicated(committed int64) error {
 	if err := p.usableLocked(); err != nil {
 		return err
 	}
+	ch := make(chan struct{})
+	p.rep.notify.Store(&ch)
+	p.rep.leoMark.Store(&mark{off: p.leo.Load(), seg: p.active, pos: p.active.size.Load()})
 	p.rep.on.Store(true)
 	committed = max(committed, p.logStart.Load())
 	p.rep.committed.Store(committed)
@@ -177,10 +208,14 @@ func (p *Partition) ResetTo(next int64) error {
 	return nil
 }
 
-// ReadReplica is Read bounded by the durable end instead of the high
-// watermark: what a leader serves its followers.
+// ReadReplica is Read bounded by the log end instead of the high
+// watermark: what a leader serves its followers, durable here or not (the
+// high watermark counts this broker's durable end too).
 func (p *Partition) ReadReplica(offset, maxBytes int64) (*ReadResult, error) {
-	return p.readTo(&p.dur, offset, maxBytes, true, maxInt64)
+	if !p.rep.on.Load() {
+		return p.readTo(&p.dur, offset, maxBytes, true, maxInt64)
+	}
+	return p.readTo(&p.rep.leoMark, offset, maxBytes, true, maxInt64)
 }
 
 const maxInt64 = 1<<63 - 1
@@ -313,6 +348,8 @@ func (p *Partition) TruncateTo(off int64) (int64, error) {
 	p.leo.Store(cut)
 	m := mark{off: cut, seg: seg, pos: pos}
 	p.dur.Store(&m)
+	p.rep.leoMark.Store(&m)
+	p.wakeReplicas()
 	if hw := p.hw.Load(); hw.off == cut {
 		p.hw.Store(&m)
 	}
