@@ -81,7 +81,14 @@ func (s *Server) deleteTopic(t *topic) error {
 		}
 		return err
 	}
-	s.grp().TopicDeleted(t.name)
+	if s.cl == nil {
+		s.grp().TopicDeleted(t.name)
+	} else if s.cl.activeGroups() {
+		// Not on the watch goroutine: the write waits for the ISR, which
+		// may wait for the next view.
+		g := s.grp()
+		go g.TopicDeleted(t.name)
+	}
 	if s.cfg.Tier != nil {
 		s.forgetTiered()
 	}

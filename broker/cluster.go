@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,6 +83,9 @@ type cluster struct {
 	// rebalancedAt: the controller's last preferred-leader pass
 	// (controller goroutine only).
 	rebalancedAt time.Time
+	// regRev: this broker's registration revision in the view being
+	// applied (applyMu).
+	regRev int64
 	// dirID names this broker's data directory (cluster.json).
 	dirID string
 	// hwStart: the replication checkpoint read at start (cluster_replica.go).
@@ -92,6 +96,7 @@ type cluster struct {
 	// The group log as a replicated partition (cluster_groups.go).
 	groupsPart      *partition
 	groupsKick      chan struct{}
+	groupsActive    atomic.Int32 // the epoch the open coordinator leads at; -1: none
 	offsetsCreating atomic.Bool
 
 	pidMu   sync.Mutex
@@ -188,11 +193,13 @@ func startCluster(s *Server, cfg ClusterConfig) (*cluster, error) {
 			break
 		}
 		if !errors.Is(err, coord.ErrNodeIDInUse) || ctx.Err() != nil {
+			cl.cancel() // ends groupsLoop
 			co.Close()
 			return nil, err
 		}
 		cl.logger.Info("node id still registered (a previous run's session): waiting for it to expire", zap.Int32("node_id", cfg.NodeID))
 		if !sleepCtx(ctx, 500*time.Millisecond) {
+			cl.cancel()
 			co.Close()
 			return nil, fmt.Errorf("cluster: node id %d: %w", cfg.NodeID, err)
 		}
@@ -312,15 +319,15 @@ func (cl *cluster) checkDataDir(clusterID string) error {
 		if rec.NodeID != cl.cfg.NodeID {
 			return fmt.Errorf("cluster: the data directory is node %d's, not node %d's", rec.NodeID, cl.cfg.NodeID)
 		}
-		if rec.DirID == "" {
-			return fmt.Errorf("cluster: %s names no data directory id", path)
+		if rec.DirID != "" {
+			cl.dirID = rec.DirID
+			return nil
 		}
-		cl.dirID = rec.DirID
-		return nil
+		// Written before directories had ids: one now.
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("cluster: %w", err)
 	}
-	if n := len(cl.s.reg.all()); n > 0 {
+	if n := len(cl.s.reg.all()); n > 0 && rec.ClusterID == "" {
 		return fmt.Errorf("cluster: the data directory holds %d topics of a single-node broker; start cluster mode on an empty one", n)
 	}
 	var id [16]byte
@@ -371,6 +378,11 @@ func (cl *cluster) apply(v *coord.View) {
 	cl.applyMu.Lock()
 	defer cl.applyMu.Unlock()
 	cl.view.Store(v)
+	if b, ok := v.Brokers[cl.id]; ok {
+		cl.regRev = b.RegRev
+	} else {
+		cl.regRev = math.MaxInt64 // not registered in this view: lead nothing
+	}
 	cl.reconcileTopics(v)
 	cl.viewMu.Lock()
 	close(cl.viewCh)
@@ -458,7 +470,11 @@ func (cl *cluster) setRole(p *partition, part coord.Part, present bool) {
 	if present {
 		st := part.State
 		r = &replicaRole{leader: st.Leader, epoch: st.Epoch, replicas: st.Replicas, isr: st.ISR, modRev: part.ModRev}
-		r.isLeader = st.Leader == cl.id && slices.Contains(st.ISR, cl.id)
+		// Only a leadership granted to this run of the broker: one older
+		// than its registration was an earlier run's, whose unsynced
+		// tail may be gone while followers hold it (the controller
+		// elects again, at a new epoch).
+		r.isLeader = st.Leader == cl.id && slices.Contains(st.ISR, cl.id) && part.ModRev > cl.regRev
 	}
 	if old != nil && old.modRev == r.modRev && old.leader == r.leader && old.epoch == r.epoch {
 		return
@@ -484,6 +500,9 @@ func (cl *cluster) setRole(p *partition, part coord.Part, present bool) {
 		}
 		p.repl.role.Store(r)
 		cl.advanceHW(p)
+	case r.leader == cl.id:
+		p.repl.role.Store(r) // an earlier run's leadership: wait for a new epoch
+		cl.unfollow(p)
 	case mine && r.leader >= 0:
 		p.repl.role.Store(r)
 		if old == nil || old.leader != r.leader || old.epoch != r.epoch || old.isLeader {
@@ -501,6 +520,8 @@ func (cl *cluster) setRole(p *partition, part coord.Part, present bool) {
 // dropLeadership stops acting as leader anywhere (the etcd session is
 // gone: another broker may lead by now).
 func (cl *cluster) dropLeadership() {
+	cl.applyMu.Lock()
+	defer cl.applyMu.Unlock()
 	for _, t := range cl.s.reg.all() {
 		for _, p := range cl.s.reg.partitionsOf(t) {
 			if r := p.repl.role.Load(); r != nil && r.isLeader {

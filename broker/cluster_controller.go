@@ -113,6 +113,11 @@ func (cl *cluster) controlOnce(ctx context.Context, co *coord.Client, lead *coor
 			}
 			if st, changed := electFor(part.State, alive, replaced); changed {
 				ups = append(ups, coord.PartUpdate{Key: k, State: st, ModRev: part.ModRev})
+			} else if b, ok := v.Brokers[part.State.Leader]; ok && b.RegRev > part.ModRev {
+				// Granted to an earlier run of its leader: a new epoch (the
+				// same broker may lead it), so followers that hold a tail
+				// it lost truncate it.
+				ups = append(ups, coord.PartUpdate{Key: k, State: reelect(part.State, alive), ModRev: part.ModRev})
 			} else if rebalance {
 				if st, ok := preferLeader(part.State, alive); ok {
 					ups = append(ups, coord.PartUpdate{Key: k, State: st, ModRev: part.ModRev})
@@ -147,6 +152,18 @@ func (cl *cluster) controlOnce(ctx context.Context, co *coord.Client, lead *coor
 			zap.Int32("leader", u.State.Leader), zap.Int32("leader_epoch", u.State.Epoch), zap.Int32s("isr", u.State.ISR))
 	}
 	cl.logger.Debug("controller wrote", zap.Int("partitions", len(ups)), zap.Duration("took", time.Since(start)))
+}
+
+// reelect gives st a new epoch with the first live ISR member (in replica
+// order) as leader.
+func reelect(st coord.PartState, alive func(int32) bool) coord.PartState {
+	isr := slices.DeleteFunc(slices.Clone(st.ISR), func(id int32) bool { return !alive(id) })
+	for _, id := range st.Replicas {
+		if slices.Contains(isr, id) {
+			return coord.PartState{Leader: id, Epoch: st.Epoch + 1, Replicas: st.Replicas, ISR: isr}
+		}
+	}
+	return coord.PartState{Leader: -1, Epoch: st.Epoch + 1, Replicas: st.Replicas, ISR: st.ISR}
 }
 
 // rebalanceEvery is how often the controller moves leadership back to
@@ -230,15 +247,24 @@ func electFor(st coord.PartState, alive, replaced func(int32) bool) (coord.PartS
 func (cl *cluster) handOver(ctx context.Context) {
 	v := cl.currentView()
 	var ups []coord.PartUpdate
+	var parts []*partition
 	for _, t := range cl.s.reg.all() {
-		for _, p := range cl.s.reg.partitionsOf(t) {
+		parts = append(parts, cl.s.reg.partitionsOf(t)...)
+	}
+	parts = append(parts, cl.groupsPart)
+	{
+		for _, p := range parts {
 			r := roleOf(p)
 			if !r.isLeader {
 				continue
 			}
 			next := int32(-1)
 			for _, id := range r.replicas {
-				if _, ok := v.Brokers[id]; ok && id != cl.id && slices.Contains(r.isr, id) {
+				b, ok := v.Brokers[id]
+				if d, known := v.Dirs[id]; ok && known && b.DirID != "" && d != b.DirID {
+					continue // back on another disk: not the replica the ISR counted
+				}
+				if ok && id != cl.id && slices.Contains(r.isr, id) {
 					next = id
 					break
 				}
@@ -247,7 +273,7 @@ func (cl *cluster) handOver(ctx context.Context) {
 				continue // nobody to take it: it goes offline with this broker
 			}
 			isr := slices.DeleteFunc(slices.Clone(r.isr), func(id int32) bool { return id == cl.id })
-			ups = append(ups, coord.PartUpdate{Key: coord.PartKey{Topic: t.name, Partition: p.index},
+			ups = append(ups, coord.PartUpdate{Key: coord.PartKey{Topic: p.topic.name, Partition: p.index},
 				State: coord.PartState{Leader: next, Epoch: r.epoch + 1, Replicas: r.replicas, ISR: isr}, ModRev: r.modRev})
 		}
 	}

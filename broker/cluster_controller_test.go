@@ -76,3 +76,12 @@ func TestAssignReplicasSpreads(t *testing.T) {
 		t.Errorf("replication factor above the live brokers: %d replicas", len(st.Replicas))
 	}
 }
+
+func TestReelect(t *testing.T) {
+	alive := func(id int32) bool { return id != 3 }
+	st := coord.PartState{Leader: 1, Epoch: 7, Replicas: []int32{1, 2, 3}, ISR: []int32{1, 2, 3}}
+	got := reelect(st, alive)
+	if got.Leader != 1 || got.Epoch != 8 || !slices.Equal(got.ISR, []int32{1, 2}) {
+		t.Errorf("re-election of a restarted leader: %+v, want leader 1 at epoch 8, ISR [1 2]", got)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
 	"github.com/synapsebroker/synapse/coord"
@@ -27,6 +29,7 @@ import (
 func (cl *cluster) initGroups() {
 	cl.groupsPart = &partition{topic: &topic{name: offsetsTopic}, index: 0, log: cl.s.groupLog,
 		producers: map[int64]*producerState{}}
+	cl.groupsActive.Store(-1)
 	cl.groupsKick = make(chan struct{}, 1)
 	cl.wg.Add(1)
 	go func() { defer cl.wg.Done(); cl.groupsLoop() }()
@@ -43,38 +46,74 @@ func groupsOpenConfig(cfg group.Config) group.Config {
 
 // groupsLoop opens and closes the group coordinator as the group log's
 // leadership comes and goes (never on the watch goroutine: opening one
-// may write, and a write waits for the ISR).
+// may write, and a write waits for the ISR). A new leader opens its
+// coordinator only once its high watermark reached the log end it took
+// over at: every record the old coordinator had acknowledged is then
+// replayed (the replay stops at the high watermark). Until then, and on
+// every broker that does not coordinate, group requests are answered
+// NOT_COORDINATOR (dispatchGroup, activeGroups).
 func (cl *cluster) groupsLoop() {
 	var leading int32 = -1 // the epoch the open coordinator leads at
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
 	for {
 		select {
 		case <-cl.ctx.Done():
 			return
 		case <-cl.groupsKick:
+		case <-retry.C:
 		}
 		r := roleOf(cl.groupsPart)
 		switch {
 		case r.isLeader && leading == r.epoch:
 		case r.isLeader:
-			old := cl.s.grp()
-			old.Close()
+			cl.groupsActive.Store(-1)
+			cl.s.grp().Close()
+			leading = -1
+			if hw := cl.groupsPart.log.HighWatermark(); hw < r.startOffset {
+				cl.advanceHW(cl.groupsPart)
+				retry.Reset(50 * time.Millisecond) // the followers' first fetches of this epoch
+				continue
+			}
 			cfg := cl.s.groupConfig()
-			cfg.Write = cl.groupsWrite
+			cfg.PartitionExists = cl.partitionExists
+			epoch := r.epoch
+			cfg.Write = func(b []byte) error { return cl.groupsWrite(b, epoch) }
 			c, err := group.Open(cfg, cl.s.groupLog, nil)
 			if err != nil {
-				cl.logger.Error("open the group coordinator", zap.Error(err))
-				leading = -1
+				cl.logger.Error("open the group coordinator (retried)", zap.Error(err))
+				retry.Reset(time.Second)
 				continue
 			}
 			cl.s.groupsPtr.Store(c)
 			leading = r.epoch
+			cl.groupsActive.Store(r.epoch)
 			cl.logger.Info("group coordinator", zap.Int32("leader_epoch", r.epoch))
 		case leading >= 0:
+			cl.groupsActive.Store(-1)
 			cl.s.grp().Close()
 			leading = -1
 			cl.logger.Info("no longer the group coordinator")
 		}
 	}
+}
+
+// activeGroups reports whether this broker coordinates groups now: it
+// leads the group log and its coordinator is open at that epoch.
+func (cl *cluster) activeGroups() bool {
+	e := cl.groupsActive.Load()
+	if e < 0 {
+		return false
+	}
+	r := roleOf(cl.groupsPart)
+	return r.isLeader && r.epoch == e
+}
+
+// partitionExists is the coordinator's PartitionExists in cluster mode:
+// the cluster's view, not what this broker has applied yet.
+func (cl *cluster) partitionExists(topic string, p int32) bool {
+	t, ok := cl.currentView().Topics[topic]
+	return ok && p >= 0 && p < t.Info.Partitions
 }
 
 // kickGroups asks groupsLoop to look at the group log's role again.
@@ -85,13 +124,14 @@ func (cl *cluster) kickGroups() {
 	}
 }
 
-// groupsWrite appends one batch of the group log as its leader, stamped
-// with the epoch, and waits until the ISR holds it.
-func (cl *cluster) groupsWrite(b []byte) error {
+// groupsWrite appends one batch of the group log as its leader at epoch
+// (the coordinator's: a coordinator opened at another epoch writes
+// nothing), stamped with it, and waits until the ISR holds it.
+func (cl *cluster) groupsWrite(b []byte, epoch int32) error {
 	p := cl.groupsPart
 	p.mu.Lock()
 	r := roleOf(p)
-	if !r.isLeader {
+	if !r.isLeader || r.epoch != epoch {
 		p.mu.Unlock()
 		return errNotLeader
 	}
@@ -155,4 +195,86 @@ func (cl *cluster) partitionFor(topicName string, index int32) *partition {
 		return nil
 	}
 	return cl.s.reg.partition(t, index)
+}
+
+// notCoordinator answers a group request on a broker that does not
+// coordinate groups (cluster mode): NOT_COORDINATOR wherever the request
+// type carries an error, so clients look the coordinator up again. A
+// closed coordinator's own answers (no offsets, a Dead group) would be
+// taken for the truth.
+func notCoordinator(req kmsg.Request) kmsg.Response {
+	code := kerr.NotCoordinator.Code
+	switch b := req.(type) {
+	case *kmsg.JoinGroupRequest:
+		resp := b.ResponseKind().(*kmsg.JoinGroupResponse)
+		resp.ErrorCode, resp.MemberID, resp.Generation = code, b.MemberID, -1
+		return resp
+	case *kmsg.SyncGroupRequest:
+		resp := b.ResponseKind().(*kmsg.SyncGroupResponse)
+		resp.ErrorCode = code
+		return resp
+	case *kmsg.HeartbeatRequest:
+		resp := b.ResponseKind().(*kmsg.HeartbeatResponse)
+		resp.ErrorCode = code
+		return resp
+	case *kmsg.LeaveGroupRequest:
+		resp := b.ResponseKind().(*kmsg.LeaveGroupResponse)
+		resp.ErrorCode = code
+		return resp
+	case *kmsg.OffsetCommitRequest:
+		resp := b.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range b.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp
+	case *kmsg.OffsetFetchRequest:
+		resp := b.ResponseKind().(*kmsg.OffsetFetchResponse)
+		resp.ErrorCode = code
+		for _, g := range b.Groups {
+			rg := kmsg.NewOffsetFetchResponseGroup()
+			rg.Group, rg.ErrorCode = g.Group, code
+			resp.Groups = append(resp.Groups, rg)
+		}
+		for _, rt := range b.Topics { // v0-1 carry errors per partition only
+			st := kmsg.NewOffsetFetchResponseTopic()
+			st.Topic = rt.Topic
+			for _, p := range rt.Partitions {
+				sp := kmsg.NewOffsetFetchResponseTopicPartition()
+				sp.Partition, sp.Offset, sp.ErrorCode = p, -1, code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp
+	case *kmsg.OffsetDeleteRequest:
+		resp := b.ResponseKind().(*kmsg.OffsetDeleteResponse)
+		resp.ErrorCode = code
+		return resp
+	case *kmsg.DescribeGroupsRequest:
+		resp := b.ResponseKind().(*kmsg.DescribeGroupsResponse)
+		for _, g := range b.Groups {
+			rg := kmsg.NewDescribeGroupsResponseGroup()
+			rg.Group, rg.ErrorCode, rg.AuthorizedOperations = g, code, -2147483648
+			resp.Groups = append(resp.Groups, rg)
+		}
+		return resp
+	case *kmsg.DeleteGroupsRequest:
+		resp := b.ResponseKind().(*kmsg.DeleteGroupsResponse)
+		for _, g := range b.Groups {
+			rg := kmsg.NewDeleteGroupsResponseGroup()
+			rg.Group, rg.ErrorCode = g, code
+			resp.Groups = append(resp.Groups, rg)
+		}
+		return resp
+	case *kmsg.ListGroupsRequest:
+		return b.ResponseKind() // no groups here (clients ask every broker)
+	}
+	return nil
 }

@@ -36,7 +36,7 @@ func (cl *cluster) observeEtcd(t time.Time) { cl.etcdLatency.Observe(time.Since(
 
 // probeEtcd measures one round trip.
 func (cl *cluster) probeEtcd() {
-	ctx, cancel := context.WithTimeout(cl.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(cl.ctx, time.Second)
 	defer cancel()
 	t := time.Now()
 	if err := cl.client().Ping(ctx); err == nil {

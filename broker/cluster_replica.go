@@ -107,8 +107,6 @@ func (cl *cluster) replicaFetchOnce(rid int32, req *kmsg.FetchRequest, record bo
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
-			sp.HighWatermark = p.log.HighWatermark()
-			sp.LastStableOffset = sp.HighWatermark
 			sp.LogStartOffset = p.log.LogStartOffset()
 			if rp.FetchOffset > p.log.LogEndOffset() || rp.FetchOffset < p.log.LogStartOffset() {
 				sp.ErrorCode = kerr.OffsetOutOfRange.Code
@@ -129,7 +127,11 @@ func (cl *cluster) replicaFetchOnce(rid int32, req *kmsg.FetchRequest, record bo
 			if record {
 				cl.noteFollower(p, r, rid, rp.FetchOffset)
 			}
-			waitOn = append(waitOn, p.log.ReplicaNotify())
+			// After noting the follower: the high watermark it may have
+			// just moved (followers learn it from these answers).
+			sp.HighWatermark = p.log.HighWatermark()
+			sp.LastStableOffset = sp.HighWatermark
+			waitOn = append(waitOn, p.log.ReplicaNotify(), p.log.Notify())
 			budget := min(int64(rp.PartitionMaxBytes), replicaFetchMaxBytes, maxTotal-total)
 			if rp.PartitionMaxBytes <= 0 {
 				budget = min(replicaFetchMaxBytes, maxTotal-total)
@@ -301,6 +303,7 @@ func (cl *cluster) isrLoop() {
 				cl.checkISR(p)
 			}
 		}
+		cl.checkISR(cl.groupsPart)
 		if time.Since(lastSave) >= time.Second {
 			saved, lastSave = cl.saveHWCheckpoint(saved), time.Now()
 		}
@@ -358,6 +361,25 @@ func (cl *cluster) checkISR(p *partition) {
 	}
 	slices.Sort(isr)
 	st := coord.PartState{Leader: r.leader, Epoch: r.epoch, Replicas: r.replicas, ISR: isr}
+	// A member joining counts from before etcd has it (Kafka's maximal
+	// ISR): between the write and the role below, the high watermark must
+	// not pass what it lacks, as the controller may elect it already.
+	union := slices.Clone(r.isr)
+	for _, id := range isr {
+		if !slices.Contains(union, id) {
+			union = append(union, id)
+		}
+	}
+	if len(union) > len(r.isr) {
+		cl.applyMu.Lock()
+		if roleOf(p) == r {
+			nr := *r
+			nr.isr = union
+			p.repl.role.Store(&nr)
+			r = &nr
+		}
+		cl.applyMu.Unlock()
+	}
 	ctx, cancel := context.WithTimeout(cl.ctx, 5*time.Second)
 	defer cancel()
 	t0 := time.Now()

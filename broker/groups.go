@@ -120,10 +120,6 @@ func (s *Server) groupConfig() group.Config {
 		MaxSessionTimeout:     s.cfg.GroupMaxSessionTimeout,
 		OffsetsRetention:      s.cfg.OffsetsRetention,
 		PartitionExists: func(topic string, p int32) bool {
-			if s.cl != nil { // the cluster's view, not what is local yet
-				t, ok := s.cl.currentView().Topics[topic]
-				return ok && p >= 0 && p < t.Info.Partitions
-			}
 			t := s.reg.get(topic)
 			return t != nil && s.reg.partition(t, p) != nil
 		},
@@ -133,6 +129,9 @@ func (s *Server) groupConfig() group.Config {
 // maintainGroups expires offsets, compacts the group log and, with
 // tiering, mirrors the group state to the bucket when it changed.
 func (s *Server) maintainGroups(now time.Time) {
+	if s.cl != nil && !s.cl.activeGroups() {
+		return // a closed coordinator maintains (and writes) nothing
+	}
 	s.grp().Maintain(now)
 	if s.cfg.Tier != nil {
 		s.mirrorGroups(s.ctx)

@@ -19,6 +19,11 @@ import (
 // ListGroups lists only groups the principal may describe unless it may
 // describe the cluster.
 func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, error) {
+	if s.cl != nil && !s.cl.activeGroups() {
+		if resp := notCoordinator(req.Body); resp != nil {
+			return resp, nil
+		}
+	}
 	groupDenied := kerr.GroupAuthorizationFailed.Code
 	switch b := req.Body.(type) {
 	case *kmsg.JoinGroupRequest:
@@ -69,10 +74,6 @@ func (s *Server) dispatchGroup(c *conn, req *protocol.Request) (kmsg.Response, e
 		}
 		return resp, nil
 	case *kmsg.ListGroupsRequest:
-		if s.cl != nil && !roleOf(s.cl.groupsPart).isLeader {
-			// Not the coordinator: no groups here (clients ask every broker).
-			return b.ResponseKind(), nil
-		}
 		resp := s.grp().ListGroups(b)
 		if s.sec.authz != nil && !s.sec.authz.Authorize(c.principal, c.ip, opDescribe, resCluster, clusterName) {
 			keep := resp.Groups[:0]

@@ -92,6 +92,10 @@ type BrokerInfo struct {
 	// DirID names the broker's data directory: a broker back with another
 	// (an empty disk) is not the replica the ISR counted.
 	DirID string `json:"dir_id,omitempty"`
+	// RegRev is the revision its registration was created at (from the
+	// watch, not stored): a partition state older than it was granted to
+	// an earlier run of the broker.
+	RegRev int64 `json:"-"`
 }
 
 // TopicInfo is the value of topics/<name>.

@@ -280,6 +280,7 @@ func (st *watchState) put(kv *mvccpb.KeyValue) {
 			st.delBroker(pk.broker)
 			return
 		}
+		b.RegRev = kv.CreateRevision
 		st.brokers()[pk.broker] = b
 	case kindTopic:
 		var t TopicInfo
