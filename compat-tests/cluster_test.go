@@ -493,3 +493,49 @@ func TestClusterEtcdLost(t *testing.T) {
 	}
 	verifyAcked(t, c.seeds(), topic, partitions, acks)
 }
+
+// TestClusterFiveBrokers: five brokers, a topic of 10 partitions with 3
+// replicas each (spread over all five), two idempotent acks=all
+// producers; the leader of partition 0 is killed and restarted. Every
+// broker leads something, and every acknowledged record is read back.
+func TestClusterFiveBrokers(t *testing.T) {
+	c := startSynCluster(t, 5)
+	adm := c.admin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const topic, partitions = "five", int32(10)
+	if _, err := adm.CreateTopic(ctx, partitions, 3, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	c.waitISR(t, topic, 3, 20*time.Second)
+	st, err := c.states(t, adm, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaders := map[int32]int{}
+	for _, s := range st {
+		leaders[s.leader]++
+	}
+	if len(leaders) != 5 {
+		t.Errorf("leaders of 10 partitions over 5 brokers: %v", leaders)
+	}
+	acks, times := newAckLog(), &ackTimes{times: map[int32][]time.Time{}}
+	ch := make(chan struct{})
+	wg := runProducers(t, c.seeds(), topic, partitions, 2, acks, times, ch)
+	time.Sleep(2 * time.Second)
+	victim := st[0].leader
+	killed := time.Now()
+	c.brokers[victim].Kill9(t)
+	time.Sleep(6 * time.Second)
+	if at, ok := times.firstAfter(0, killed); !ok {
+		t.Errorf("partition 0: no ack in 6 s after its leader's kill")
+	} else {
+		t.Logf("partition 0: failover %s", at.Sub(killed).Round(time.Millisecond))
+	}
+	c.brokers[victim].Start(t)
+	c.waitISR(t, topic, 3, 30*time.Second)
+	close(ch)
+	wg.Wait()
+	t.Logf("%d acks, %d failed", acks.count(), acks.fails.Load())
+	verifyAcked(t, c.seeds(), topic, partitions, acks)
+}
