@@ -32,12 +32,7 @@ func TestClusterChaos(t *testing.T) {
 			t.Fatal(err)
 		}
 		victim := st[int32(len(killTimes)+len(pauseTimes))%partitions].leader
-		var led []int32
-		for p, s := range st {
-			if s.leader == victim {
-				led = append(led, p)
-			}
-		}
+		led := ledBy(st, victim)
 		at := time.Now()
 		if pause {
 			c.brokers[victim].signal(t, syscall.SIGSTOP)

@@ -39,10 +39,7 @@ func runClusterFailover(t *testing.T, spec clientSpec) {
 	adm := c.admin(t)
 	ctx := testCtx(t, 2*scenarioTimeout)
 	topic := uniqueTopic(t)
-	if _, err := adm.CreateTopic(ctx, numPartitions, 3, nil, topic); err != nil {
-		t.Fatal(err)
-	}
-	c.waitISR(t, topic, 3, 20*time.Second)
+	c.createTopic(t, adm, topic, numPartitions)
 	st, err := c.states(t, adm, topic)
 	if err != nil {
 		t.Fatal(err)
@@ -114,12 +111,8 @@ func runClusterScript(t *testing.T, exactlyOnce bool, cmdFor func(boot, topic st
 	t.Helper()
 	c := startSynCluster(t, 3)
 	adm := c.admin(t)
-	ctx := testCtx(t, 2*scenarioTimeout)
 	topic := uniqueTopic(t)
-	if _, err := adm.CreateTopic(ctx, numPartitions, 3, nil, topic); err != nil {
-		t.Fatal(err)
-	}
-	c.waitISR(t, topic, 3, 20*time.Second)
+	c.createTopic(t, adm, topic, numPartitions)
 	st, err := c.states(t, adm, topic)
 	if err != nil {
 		t.Fatal(err)
@@ -207,10 +200,7 @@ func TestClusterFailoverKcat(t *testing.T) {
 	adm := c.admin(t)
 	ctx := testCtx(t, 2*scenarioTimeout)
 	topic := uniqueTopic(t)
-	if _, err := adm.CreateTopic(ctx, numPartitions, 3, nil, topic); err != nil {
-		t.Fatal(err)
-	}
-	c.waitISR(t, topic, 3, 20*time.Second)
+	c.createTopic(t, adm, topic, numPartitions)
 	st, err := c.states(t, adm, topic)
 	if err != nil {
 		t.Fatal(err)

@@ -23,12 +23,7 @@ func TestClusterCutFromEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	victim := st[0].leader
-	var led []int32
-	for p, s := range st {
-		if s.leader == victim {
-			led = append(led, p)
-		}
-	}
+	led := ledBy(st, victim)
 	cut := time.Now()
 	c.etcdProxy[victim].Cut()
 	time.Sleep(8 * time.Second)
@@ -137,10 +132,7 @@ func TestClusterEmptyDiskNotElected(t *testing.T) {
 	adm := c.admin(t)
 	ctx := testCtx(t, time.Minute)
 	const topic = "solo"
-	if _, err := adm.CreateTopic(ctx, 1, 3, nil, topic); err != nil {
-		t.Fatal(err)
-	}
-	c.waitISR(t, topic, 3, 20*time.Second)
+	c.createTopic(t, adm, topic, 1)
 	prod, err := kgo.NewClient(kgo.SeedBrokers(c.seeds()...), kgo.DefaultProduceTopic(topic))
 	if err != nil {
 		t.Fatal(err)

@@ -18,10 +18,7 @@ func TestClusterGroupCoordinatorFailover(t *testing.T) {
 	adm := c.admin(t)
 	ctx := testCtx(t, 2*time.Minute)
 	topic, group := uniqueTopic(t), "g-"+uniqueTopic(t)
-	if _, err := adm.CreateTopic(ctx, 3, 3, nil, topic); err != nil {
-		t.Fatal(err)
-	}
-	c.waitISR(t, topic, 3, 20*time.Second)
+	c.createTopic(t, adm, topic, 3)
 	prod, err := kgo.NewClient(kgo.SeedBrokers(c.seeds()...), kgo.DefaultProduceTopic(topic))
 	if err != nil {
 		t.Fatal(err)

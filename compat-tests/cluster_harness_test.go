@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -269,6 +270,30 @@ func (c *synCluster) statesFrom(t testing.TB, addr, topic string) (map[int32]par
 		}
 	}
 	return out, nil
+}
+
+// createTopic creates topic with partitions of 3 replicas and waits until
+// every partition has a leader and its whole ISR.
+func (c *synCluster) createTopic(t testing.TB, adm *kadm.Client, topic string, partitions int32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := adm.CreateTopic(ctx, partitions, 3, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	c.waitISR(t, topic, 3, 20*time.Second)
+}
+
+// ledBy lists, in order, the partitions of st that broker leads.
+func ledBy(st map[int32]partitionState, broker int32) []int32 {
+	var led []int32
+	for p, s := range st {
+		if s.leader == broker {
+			led = append(led, p)
+		}
+	}
+	slices.Sort(led)
+	return led
 }
 
 // waitISR waits until every partition of topic has a leader and an ISR of

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -255,12 +254,7 @@ func TestClusterKillLeaderUnderLoad(t *testing.T) {
 	c := startSynCluster(t, 3)
 	const topic, partitions = "load", int32(6)
 	adm := c.admin(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := adm.CreateTopic(ctx, partitions, 3, nil, topic); err != nil {
-		t.Fatal(err)
-	}
-	c.waitISR(t, topic, 3, 20*time.Second)
+	c.createTopic(t, adm, topic, partitions)
 	acks, times := newAckLog(), &ackTimes{times: map[int32][]time.Time{}}
 	stop := make(chan struct{})
 	wg := runProducers(t, c.seeds(), topic, partitions, 2, acks, times, stop)
@@ -270,13 +264,7 @@ func TestClusterKillLeaderUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	victim := st[0].leader
-	var led []int32
-	for p, s := range st {
-		if s.leader == victim {
-			led = append(led, p)
-		}
-	}
-	sort.Slice(led, func(i, j int) bool { return led[i] < led[j] })
+	led := ledBy(st, victim)
 	before := acks.count()
 	killed := time.Now()
 	c.brokers[victim].Kill9(t)
@@ -347,12 +335,7 @@ func clusterLoadOn(t *testing.T, cl *synCluster) (c *synCluster, topic string, p
 	c = cl
 	topic, partitions = "load", 6
 	adm := c.admin(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := adm.CreateTopic(ctx, partitions, 3, nil, topic); err != nil {
-		t.Fatal(err)
-	}
-	c.waitISR(t, topic, 3, 20*time.Second)
+	c.createTopic(t, adm, topic, partitions)
 	acks, times = newAckLog(), &ackTimes{times: map[int32][]time.Time{}}
 	ch := make(chan struct{})
 	wg := runProducers(t, c.seeds(), topic, partitions, 2, acks, times, ch)
@@ -501,13 +484,8 @@ func TestClusterEtcdLost(t *testing.T) {
 func TestClusterFiveBrokers(t *testing.T) {
 	c := startSynCluster(t, 5)
 	adm := c.admin(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	const topic, partitions = "five", int32(10)
-	if _, err := adm.CreateTopic(ctx, partitions, 3, nil, topic); err != nil {
-		t.Fatal(err)
-	}
-	c.waitISR(t, topic, 3, 20*time.Second)
+	c.createTopic(t, adm, topic, partitions)
 	st, err := c.states(t, adm, topic)
 	if err != nil {
 		t.Fatal(err)
