@@ -161,7 +161,6 @@ func (f *replicaFetcher) run(ctx context.Context) {
 				backoff = min(2*backoff, time.Second)
 				continue
 			}
-			backoff = 50 * time.Millisecond
 		}
 		parts := f.snapshot()
 		if len(parts) == 0 {
@@ -177,6 +176,10 @@ func (f *replicaFetcher) run(ctx context.Context) {
 			log.Info("truncation by epoch", zap.Error(err))
 			rc.close()
 			rc = nil
+			if !sleepCtx(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, time.Second)
 			continue
 		}
 		if err := f.fetchOnce(ctx, rc, parts); err != nil {
@@ -185,7 +188,16 @@ func (f *replicaFetcher) run(ctx context.Context) {
 			}
 			rc.close()
 			rc = nil
+			// Refused as a whole (this broker is not registered in the
+			// leader's view yet, or the leader is going): back off, not
+			// a dial and a refusal per millisecond.
+			if !sleepCtx(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
 		}
+		backoff = 50 * time.Millisecond
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -168,18 +169,27 @@ func verifyRead(t *testing.T, seeds []string, topic string, partitions int32, ac
 	adm := kadm.NewClient(acl)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := map[int32]int64{}
 	offsets := map[string]map[int32]kgo.Offset{topic: {}}
+	// A leader may be moving (the controller restores preferred leaders):
+	// retriable errors are asked again, as a client would.
 	for p := int32(0); p < partitions; p++ {
-		o, ok := ends.Lookup(topic, p)
-		if !ok || o.Err != nil {
-			t.Fatalf("end offset of %d: %v", p, o.Err)
+		for {
+			ends, err := adm.ListEndOffsets(ctx, topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, ok := ends.Lookup(topic, p)
+			if ok && o.Err == nil {
+				want[p] = o.Offset
+				break
+			}
+			if !ok || !kerr.IsRetriable(o.Err) || ctx.Err() != nil {
+				t.Fatalf("end offset of %d: %v", p, o.Err)
+			}
+			t.Logf("end offset of %d: %v (asking again)", p, o.Err)
+			time.Sleep(200 * time.Millisecond)
 		}
-		want[p] = o.Offset
 		offsets[topic][p] = kgo.NewOffset().AtStart()
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumePartitions(offsets), kgo.FetchMaxWait(200*time.Millisecond))
