@@ -133,6 +133,16 @@ type Topic struct {
 	ModRev int64
 }
 
+// TierPtr is the value of tier/<topic>/<partition>: the key of the
+// partition's committed manifest in the bucket, and the leader epoch that
+// committed it. ModRev (from the watch, not stored) is the CAS token of the
+// next commit.
+type TierPtr struct {
+	Manifest string `json:"manifest"`
+	Epoch    int32  `json:"leader_epoch"`
+	ModRev   int64  `json:"-"`
+}
+
 // PartUpdate is one conditional partition write for SetParts.
 type PartUpdate struct {
 	Key    PartKey
@@ -383,6 +393,7 @@ func (c *Client) DeleteTopic(ctx context.Context, name string) error {
 			clientv3.OpDelete(k),
 			// The trailing slash keeps topic "a" from deleting parts of "ab".
 			clientv3.OpDelete(c.partsPrefix(name), clientv3.WithPrefix()),
+			clientv3.OpDelete(c.prefix+"tier/"+name+"/", clientv3.WithPrefix()),
 		).
 		Commit()
 	if err != nil {
@@ -582,4 +593,35 @@ func (c *Client) SetDirs(ctx context.Context, dirs map[int32]string, fence ...cl
 		return fmt.Errorf("coord: set dirs: %w", ErrConflict)
 	}
 	return nil
+}
+
+// CommitManifest makes manifest the committed one of partition k, written
+// at leader epoch epoch, if the partition's state is still the one at
+// partModRev (the writer read itself as its leader at epoch there) and the
+// pointer still the one at tierModRev (0: none yet). A deposed leader, or
+// one that has not seen the last commit, gets ErrConflict: nothing it
+// uploads becomes part of the log. It returns the pointer's new
+// ModRevision.
+func (c *Client) CommitManifest(ctx context.Context, k PartKey, manifest string, epoch int32, partModRev, tierModRev int64) (int64, error) {
+	op := fmt.Sprintf("commit the manifest of %s-%d", k.Topic, k.Partition)
+	if err := validName("topic", k.Topic); err != nil || k.Partition < 0 || manifest == "" || partModRev <= 0 {
+		return 0, fmt.Errorf("coord: %s: bad arguments (%q, %d, %v)", op, manifest, partModRev, err)
+	}
+	b, err := json.Marshal(TierPtr{Manifest: manifest, Epoch: epoch})
+	if err != nil {
+		return 0, err
+	}
+	tk := c.prefix + "tier/" + k.Topic + "/" + strconv.Itoa(int(k.Partition))
+	resp, err := c.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(c.partKey(k)), "=", partModRev),
+			clientv3.Compare(clientv3.ModRevision(tk), "=", tierModRev)).
+		Then(clientv3.OpPut(tk, string(b))).
+		Commit()
+	if err != nil {
+		return 0, c.wrapErr(op, err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("coord: %s: %w", op, ErrConflict)
+	}
+	return resp.Header.Revision, nil
 }

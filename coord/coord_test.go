@@ -615,3 +615,54 @@ func TestCampaignSessionLost(t *testing.T) {
 		t.Fatalf("controller = %d, want none", v.Controller)
 	}
 }
+
+// TestCommitManifest: a manifest pointer is written only by a leader whose
+// partition state is unchanged since it read it, and only over the pointer
+// it last saw; the watch carries it; a topic's delete removes it.
+func TestCommitManifest(t *testing.T) {
+	ctx := ctxT(t)
+	c := dial(t, newCluster(t))
+	if err := c.CreateTopic(ctx, TopicInfo{Name: "t", ID: "00", Partitions: 1, RF: 1}); err != nil {
+		t.Fatal(err)
+	}
+	k := PartKey{"t", 0}
+	r1, err := c.SetPart(ctx, k, PartState{Leader: 1, Epoch: 4, Replicas: []int32{1}, ISR: []int32{1}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1, err := c.CommitManifest(ctx, k, "t/0/manifest-e4-1.json", 4, r1, 0)
+	if err != nil {
+		t.Fatalf("first commit: %v", err)
+	}
+	if _, err := c.CommitManifest(ctx, k, "t/0/manifest-e4-2.json", 4, r1, 0); !errors.Is(err, ErrConflict) {
+		t.Fatalf("commit over a pointer not seen: got %v, want ErrConflict", err)
+	}
+	m2, err := c.CommitManifest(ctx, k, "t/0/manifest-e4-2.json", 4, r1, m1)
+	if err != nil {
+		t.Fatalf("second commit: %v", err)
+	}
+	// A new epoch (the controller moved the leader): the old leader's
+	// commit is refused, whatever pointer it names.
+	if _, err := c.SetPart(ctx, k, PartState{Leader: 2, Epoch: 5, Replicas: []int32{1, 2}, ISR: []int32{2}}, r1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CommitManifest(ctx, k, "t/0/manifest-e4-3.json", 4, r1, m2); !errors.Is(err, ErrConflict) {
+		t.Fatalf("deposed leader's commit: got %v, want ErrConflict", err)
+	}
+	v, err := c.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := v.Tier[k]; p.Manifest != "t/0/manifest-e4-2.json" || p.Epoch != 4 || p.ModRev != m2 {
+		t.Fatalf("pointer = %+v, want manifest-e4-2 at epoch 4, modrev %d", p, m2)
+	}
+	if err := c.DeleteTopic(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err = c.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Tier) != 0 {
+		t.Fatalf("pointers after the topic's delete: %+v", v.Tier)
+	}
+}

@@ -28,6 +28,9 @@ type View struct {
 	// Dirs: the data directory (BrokerInfo.DirID) the cluster knows each
 	// broker by, from dirs/<id> (SetDirs).
 	Dirs map[int32]string
+	// Tier: each partition's committed manifest in the bucket, from
+	// tier/<topic>/<partition> (CommitManifest).
+	Tier map[PartKey]TierPtr
 }
 
 // Watch keeps fn informed of the cluster: it loads the whole prefix with one
@@ -84,8 +87,8 @@ type watchState struct {
 
 	// own* record which of view's maps were cloned for the batch being
 	// applied and may therefore be written in place.
-	ownBrokers, ownTopics, ownParts, ownDirs bool
-	ctrlDirty                                bool
+	ownBrokers, ownTopics, ownParts, ownDirs, ownTier bool
+	ctrlDirty                                         bool
 }
 
 type candidate struct {
@@ -107,10 +110,11 @@ func (c *Client) load(ctx context.Context) (*watchState, error) {
 			Topics:     make(map[string]Topic),
 			Parts:      make(map[PartKey]Part),
 			Dirs:       make(map[int32]string),
+			Tier:       make(map[PartKey]TierPtr),
 			Controller: -1,
 		},
 		candidates: make(map[string]candidate),
-		ownBrokers: true, ownTopics: true, ownParts: true, ownDirs: true,
+		ownBrokers: true, ownTopics: true, ownParts: true, ownDirs: true, ownTier: true,
 	}
 	for _, kv := range resp.Kvs {
 		st.put(kv)
@@ -160,7 +164,18 @@ func (st *watchState) begin() {
 	v := *st.view
 	st.view = &v
 	st.ownBrokers, st.ownTopics, st.ownParts, st.ctrlDirty = false, false, false, false
-	st.ownDirs = false
+	st.ownDirs, st.ownTier = false, false
+}
+
+func (st *watchState) tier() map[PartKey]TierPtr {
+	if !st.ownTier {
+		st.view.Tier = maps.Clone(st.view.Tier)
+		if st.view.Tier == nil {
+			st.view.Tier = map[PartKey]TierPtr{}
+		}
+		st.ownTier = true
+	}
+	return st.view.Tier
 }
 
 func (st *watchState) dirs() map[int32]string {
@@ -209,6 +224,7 @@ const (
 	kindTopic
 	kindPart
 	kindDir
+	kindTier
 )
 
 type parsedKey struct {
@@ -247,7 +263,14 @@ func (st *watchState) parse(key []byte) parsedKey {
 	if s, ok := strings.CutPrefix(rel, "topics/"); ok && s != "" {
 		return parsedKey{kind: kindTopic, topic: s}
 	}
-	if s, ok := strings.CutPrefix(rel, "parts/"); ok {
+	for _, pre := range []struct {
+		prefix string
+		kind   keyKind
+	}{{"parts/", kindPart}, {"tier/", kindTier}} {
+		s, ok := strings.CutPrefix(rel, pre.prefix)
+		if !ok {
+			continue
+		}
 		i := strings.LastIndexByte(s, '/')
 		if i <= 0 {
 			st.c.log.Warn("ignoring malformed partition key", zap.String("key", string(key)))
@@ -258,7 +281,7 @@ func (st *watchState) parse(key []byte) parsedKey {
 			st.c.log.Warn("ignoring malformed partition key", zap.String("key", string(key)))
 			return parsedKey{}
 		}
-		return parsedKey{kind: kindPart, part: PartKey{Topic: s[:i], Partition: int32(p)}}
+		return parsedKey{kind: pre.kind, part: PartKey{Topic: s[:i], Partition: int32(p)}}
 	}
 	return parsedKey{}
 }
@@ -300,6 +323,17 @@ func (st *watchState) put(kv *mvccpb.KeyValue) {
 			return
 		}
 		st.parts()[pk.part] = Part{State: p, ModRev: kv.ModRevision}
+	case kindTier:
+		var t TierPtr
+		if err := json.Unmarshal(kv.Value, &t); err != nil || t.Manifest == "" {
+			st.c.log.Warn("dropping undecodable manifest pointer", zap.String("key", string(kv.Key)), zap.Error(err))
+			if _, ok := st.view.Tier[pk.part]; ok {
+				delete(st.tier(), pk.part)
+			}
+			return
+		}
+		t.ModRev = kv.ModRevision
+		st.tier()[pk.part] = t
 	}
 }
 
@@ -318,6 +352,10 @@ func (st *watchState) del(kv *mvccpb.KeyValue) {
 	case kindDir:
 		if _, ok := st.view.Dirs[pk.broker]; ok {
 			delete(st.dirs(), pk.broker)
+		}
+	case kindTier:
+		if _, ok := st.view.Tier[pk.part]; ok {
+			delete(st.tier(), pk.part)
 		}
 	}
 }

@@ -156,19 +156,26 @@ func (p *Partition) Truncations() uint64 { return p.rep.truncs.Load() }
 // (retention or DeleteRecords moved it) starts over from the leader's. next
 // must be at least the log end.
 func (p *Partition) ResetTo(next int64) error {
+	return p.ResetToAt(next, next)
+}
+
+// ResetToAt is ResetTo with the log start at logStart (<= next): with
+// tiering, offsets [logStart, next) are in the bucket (a follower behind
+// its leader's local log starts over where the bucket's log ends).
+func (p *Partition) ResetToAt(next, logStart int64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.usableLocked(); err != nil {
 		return err
 	}
-	if next < p.leo.Load() {
-		return fmt.Errorf("log: reset to %d below the log end %d", next, p.leo.Load())
+	if next < p.leo.Load() || logStart > next || logStart < 0 {
+		return fmt.Errorf("log: reset to %d (log start %d) below the log end %d", next, logStart, p.leo.Load())
 	}
 	fsys := p.store.fs
-	if err := writeState(fsys, p.dir, partitionState{LogStartOffset: next}); err != nil {
+	if err := writeState(fsys, p.dir, partitionState{LogStartOffset: logStart}); err != nil {
 		return p.failLocked("reset", err)
 	}
-	p.logStart.Store(next)
+	p.logStart.Store(logStart)
 	p.rep.truncs.Add(1)
 	if p.activeH != nil {
 		p.store.cache.release(p.activeH)

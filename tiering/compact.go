@@ -239,7 +239,7 @@ func (t *Tier) cleanBucketGroup(ctx context.Context, pk PartitionKey, g []Segmen
 // putCleaned uploads a cleaned output (its .log in f) and its indexes
 // under meta's keys, filling in meta's checksums.
 func (t *Tier) putCleaned(ctx context.Context, pk PartitionKey, f *os.File, out *log.CleanedSegment, meta *SegmentMeta) error {
-	if err := t.putLog(ctx, pk.objectKey(meta, ".log"), f, f.Name(), out.Size, meta); err != nil {
+	if err := t.putLog(ctx, pk.objectKey(meta, ".log"), f, f.Name(), out.Size, meta, true); err != nil {
 		return err
 	}
 	ix, tix := out.IndexFiles()

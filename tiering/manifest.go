@@ -25,6 +25,11 @@ type Manifest struct {
 	// (compaction, compact.go): its objects' keys carry it, so they never
 	// collide with the objects they replace.
 	Gen int64 `json:"gen,omitempty"`
+	// Epoch and Seq name a fenced manifest (cluster mode, fenced.go): the
+	// leader epoch that committed it and its commit count, in its key
+	// (manifest-e<epoch>-<seq>.json), so no commit overwrites another.
+	Epoch int32 `json:"epoch,omitempty"`
+	Seq   int64 `json:"seq,omitempty"`
 }
 
 // SegmentMeta describes one uploaded segment.
@@ -51,6 +56,11 @@ type SegmentMeta struct {
 	Gen int64 `json:"gen,omitempty"`
 	// Cleaned: written by compaction, so its offsets may have gaps.
 	Cleaned bool `json:"cleaned,omitempty"`
+	// Fenced: uploaded by a cluster leader at leader epoch Epoch, which its
+	// keys carry (<base>-<gen>-e<epoch>.log), so a deposed leader's
+	// uploads never overwrite its successor's objects.
+	Fenced bool  `json:"fenced,omitempty"`
+	Epoch  int32 `json:"epoch,omitempty"`
 }
 
 // Next is the offset after the last uploaded segment (the log start if none).
@@ -123,6 +133,9 @@ func decodeManifest(b []byte) (*Manifest, error) {
 		}
 		if sg.TxnIndexBytes < 0 || sg.TxnIndexBytes%txnEntryBytes != 0 {
 			return nil, fmt.Errorf("tiering: manifest segment %d: txn index of %d bytes", i, sg.TxnIndexBytes)
+		}
+		if sg.Epoch < 0 || m.Epoch < 0 || m.Seq < 0 {
+			return nil, fmt.Errorf("tiering: manifest segment %d: epoch %d (manifest at %d, seq %d)", i, sg.Epoch, m.Epoch, m.Seq)
 		}
 		if sg.Gen < 0 || sg.Gen > m.Gen {
 			return nil, fmt.Errorf("tiering: manifest segment %d: generation %d (manifest at %d)", i, sg.Gen, m.Gen)

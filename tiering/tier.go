@@ -38,6 +38,9 @@ func (k PartitionKey) segmentKey(base int64, ext string) string {
 
 // objectKey is the key of a segment's object with extension ext.
 func (k PartitionKey) objectKey(s *SegmentMeta, ext string) string {
+	if s.Fenced {
+		return fmt.Sprintf("%s/%020d-%d-e%d%s", k.dir(), s.Base, s.Gen, s.Epoch, ext)
+	}
 	if s.Gen == 0 {
 		return k.segmentKey(s.Base, ext)
 	}
@@ -75,14 +78,19 @@ type Tier struct {
 	repeat *logrepeat.Logger // warnings every partition can give on every pass
 	cache  *chunkCache
 
+	// committer, if set, holds each partition's commit point (cluster
+	// mode: a pointer in etcd, fenced.go); nil: manifest.json in the bucket.
+	committer Committer
+
 	mu        sync.Mutex
 	manifests map[PartitionKey]*Manifest
-	indexes   *indexCache         // remote .index objects by key (LRU, bounded)
-	fetchRate *rate.Limiter       // cold-read downloads, bytes/s; nil: unlimited and unguarded
-	guard     tailGuard           // adapts fetchRate's limit to tail traffic
-	inflight  map[chunkID]*flight // chunk downloads under way
-	failed    map[chunkID]error   // last background download error, reported once
-	demanded  atomic.Int32        // demanded downloads waiting for fetchRate
+	ptrs      map[PartitionKey]committed // with a committer: what each cached manifest was loaded or committed as
+	indexes   *indexCache                // remote .index objects by key (LRU, bounded)
+	fetchRate *rate.Limiter              // cold-read downloads, bytes/s; nil: unlimited and unguarded
+	guard     tailGuard                  // adapts fetchRate's limit to tail traffic
+	inflight  map[chunkID]*flight        // chunk downloads under way
+	failed    map[chunkID]error          // last background download error, reported once
+	demanded  atomic.Int32               // demanded downloads waiting for fetchRate
 	readEnds  map[PartitionKey]*readEnds
 	// Download slots: at most downloadSlots chunk downloads hold a buffer
 	// and a GET at once, read-aheads at most readAheadSlots of them.
@@ -101,7 +109,7 @@ func New(store ObjectStore, logger *zap.Logger, cacheBytes int64) *Tier {
 		cacheBytes = 256 << 20
 	}
 	t := &Tier{store: store, logger: logger, repeat: logrepeat.New(logger, logrepeat.Options{}), cache: newChunkCache(cacheBytes),
-		manifests: map[PartitionKey]*Manifest{}, indexes: newIndexCache(indexCacheBytes), inflight: map[chunkID]*flight{}, failed: map[chunkID]error{},
+		manifests: map[PartitionKey]*Manifest{}, ptrs: map[PartitionKey]committed{}, indexes: newIndexCache(indexCacheBytes), inflight: map[chunkID]*flight{}, failed: map[chunkID]error{},
 		readEnds: map[PartitionKey]*readEnds{}, slots: make(chan struct{}, downloadSlots), raSlots: make(chan struct{}, readAheadSlots)}
 	t.SetTailGuard(true)
 	return t
@@ -188,6 +196,9 @@ func (t *Tier) Manifest(ctx context.Context, pk PartitionKey) (*Manifest, error)
 	if m != nil {
 		return m.clone(), nil
 	}
+	if t.committer != nil {
+		return t.loadFenced(ctx, pk)
+	}
 	t.gets.Add(1)
 	b, err := t.store.GetRange(ctx, pk.manifestKey(), 0, -1)
 	switch {
@@ -212,12 +223,24 @@ func (t *Tier) Manifest(ctx context.Context, pk PartitionKey) (*Manifest, error)
 }
 
 func (t *Tier) commit(ctx context.Context, pk PartitionKey, m *Manifest) error {
+	if t.committer != nil {
+		// The epoch before the encoding: the key and the manifest carry it.
+		e, err := t.committer.Epoch(pk)
+		if err != nil {
+			return err
+		}
+		m.Epoch = e
+		m.Seq++
+	}
 	b, err := m.encode()
 	if err != nil {
 		return err
 	}
 	if int64(len(b)) > maxWholeObject {
 		return fmt.Errorf("tiering: %s: manifest of %d segments is %d bytes, over the %d a whole-object read takes: %w", pk.dir(), len(m.Segments), len(b), maxWholeObject, ErrTooLarge)
+	}
+	if t.committer != nil {
+		return t.commitFenced(ctx, pk, m, b)
 	}
 	if err := t.store.Put(ctx, pk.manifestKey(), bytes.NewReader(b), int64(len(b))); err != nil {
 		// The store may have taken it all the same (an answer lost, a
@@ -243,6 +266,13 @@ func (t *Tier) commit(ctx context.Context, pk PartitionKey, m *Manifest) error {
 // re-upload overwrites the same objects and only the manifest makes them
 // part of the log. It returns the number of segments committed.
 func (t *Tier) Upload(ctx context.Context, pk PartitionKey, lp *log.Partition) (int, error) {
+	return t.UploadBelow(ctx, pk, lp, math.MaxInt64)
+}
+
+// UploadBelow is Upload of the sealed segments that end at or below limit
+// (a cluster leader passes its high watermark: nothing a failover could
+// truncate goes to the bucket).
+func (t *Tier) UploadBelow(ctx context.Context, pk PartitionKey, lp *log.Partition, limit int64) (int, error) {
 	m, err := t.Manifest(ctx, pk)
 	if err != nil {
 		return 0, err
@@ -277,6 +307,26 @@ func (t *Tier) Upload(ctx context.Context, pk PartitionKey, lp *log.Partition) (
 			}
 		}
 		if seg.Next <= m.Next() {
+			continue
+		}
+		if seg.Next > limit {
+			break // not committed yet
+		}
+		if t.committer != nil && len(m.Segments) > 0 && seg.Base < m.Next() && seg.Base >= lp.LogStartOffset() {
+			// A replica's segments end where its own rolls fell: the
+			// previous leader's last upload may end inside this one. Its
+			// batches from there on go up as a segment of their own.
+			meta, err := t.uploadSuffix(ctx, pk, lp, seg, m.Next())
+			if err != nil {
+				t.errs.Add(1)
+				return n, err
+			}
+			m.Segments = append(m.Segments, meta)
+			if err := t.commit(ctx, pk, m); err != nil {
+				return n, err
+			}
+			t.uploadedSegments.Add(1)
+			n++
 			continue
 		}
 		if len(m.Segments) > 0 && seg.Base != m.Next() {
@@ -321,6 +371,9 @@ func (t *Tier) Upload(ctx context.Context, pk PartitionKey, lp *log.Partition) (
 // uploadSegment uploads a local sealed segment as generation gen.
 func (t *Tier) uploadSegment(ctx context.Context, pk PartitionKey, lp *log.Partition, seg log.SegmentInfo, gen int64) (SegmentMeta, error) {
 	meta := SegmentMeta{Base: seg.Base, Next: seg.Next, Size: seg.Size, MaxTimestamp: seg.MaxTimestamp, Gen: gen, Cleaned: seg.Cleaned}
+	if err := t.fence(pk, &meta); err != nil {
+		return meta, err
+	}
 	for _, f := range []struct {
 		path, ext string
 		main      bool
@@ -342,7 +395,7 @@ func (t *Tier) uploadSegment(ctx context.Context, pk PartitionKey, lp *log.Parti
 		}
 		key := pk.objectKey(&meta, f.ext)
 		if f.main {
-			err = t.putLog(ctx, key, file, f.path, size, &meta)
+			err = t.putLog(ctx, key, file, f.path, size, &meta, true)
 		} else {
 			if err = t.store.Put(ctx, key, io.NewSectionReader(file, 0, size), size); err == nil {
 				t.uploadedBytes.Add(size)
@@ -363,7 +416,7 @@ func (t *Tier) uploadSegment(ctx context.Context, pk PartitionKey, lp *log.Parti
 
 // putLog uploads a segment's .log (size bytes of r, the file at path) as
 // key, setting meta's whole-object and per-chunk CRC-32Cs.
-func (t *Tier) putLog(ctx context.Context, key string, r io.ReaderAt, path string, size int64, meta *SegmentMeta) error {
+func (t *Tier) putLog(ctx context.Context, key string, r io.ReaderAt, path string, size int64, meta *SegmentMeta, link bool) error {
 	// The checksum in a pass of its own (a sealed segment never changes),
 	// so the upload body stays seekable and a transient failure is
 	// retried in this pass. The same pass sums each chunk, for cold reads
@@ -381,7 +434,7 @@ func (t *Tier) putLog(ctx context.Context, key string, r io.ReaderAt, path strin
 	meta.CRC32C = h.Sum32()
 	// A local-directory store on the same file system takes the sealed
 	// file by a hard link instead of a copy.
-	if l, ok := t.store.(FileLinker); ok && l.LinkFile(ctx, key, path, size) == nil {
+	if l, ok := t.store.(FileLinker); ok && link && l.LinkFile(ctx, key, path, size) == nil {
 		t.uploadedBytes.Add(size)
 		return nil
 	}
@@ -429,7 +482,7 @@ func (t *Tier) ReleaseLocalBelow(ctx context.Context, pk PartitionKey, lp *log.P
 	}
 	cut := int64(-1)
 	for _, s := range sealed {
-		if !m.Releasable(s, lp.LogStartOffset()) || !t.txnIndexUploaded(m, s, lp) {
+		if !t.releasable(m, s, lp) || !t.txnIndexUploaded(m, s, lp) {
 			break // not in the bucket yet (or its aborted transactions are not): never released
 		}
 		if s.Next > stable {
@@ -596,6 +649,18 @@ func (t *Tier) CleanOrphans(ctx context.Context, pk PartitionKey) (int, error) {
 		return 0, err
 	}
 	named := map[string]bool{pk.manifestKey(): true}
+	var own int32
+	if t.committer != nil {
+		// Only the leader sweeps, and never an object of a later epoch
+		// (a successor's upload not committed yet, if this broker no
+		// longer leads without knowing it).
+		if own, err = t.committer.Epoch(pk); err != nil {
+			return 0, nil
+		}
+		t.mu.Lock()
+		named[t.ptrs[pk].key] = true
+		t.mu.Unlock()
+	}
 	for _, s := range m.Segments {
 		for _, ext := range []string{".log", ".index", ".timeindex", txnIndexExt} {
 			named[pk.objectKey(&s, ext)] = true
@@ -604,6 +669,9 @@ func (t *Tier) CleanOrphans(ctx context.Context, pk PartitionKey) (int, error) {
 	n := 0
 	for _, k := range keys {
 		if named[k] {
+			continue
+		}
+		if e, ok := keyEpoch(k); t.committer != nil && (!ok || e > own) {
 			continue
 		}
 		if err := t.store.Delete(ctx, k); err != nil {
