@@ -94,7 +94,7 @@ test: tools lint
 # Real clients (franz-go, sarama, kafka-go, confluent-kafka-go, kcat,
 # kafka-python) against a real `synapse serve` process; see compat-tests/.
 compat: build
-	cd compat-tests && COMPAT_REQUIRE=1 SYNAPSE_BIN=$(CURDIR)/bin/synapse ETCD_BIN=$(ETCD) $(GO) test -count=1 -timeout 15m ./...
+	cd compat-tests && COMPAT_REQUIRE=1 SYNAPSE_BIN=$(CURDIR)/bin/synapse ETCD_BIN=$(ETCD) VERSITYGW_BIN=$(TOOLS_BIN)/versitygw $(GO) test -count=1 -timeout 15m ./...
 	$(MAKE) --no-print-directory kgo-suite
 
 # franz-go's own pkg/kgo integration tests (SASL, plaintext, TLS) against one

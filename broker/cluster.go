@@ -169,6 +169,9 @@ func startCluster(s *Server, cfg ClusterConfig) (*cluster, error) {
 	cl := &cluster{s: s, cfg: cfg, id: cfg.NodeID, logger: s.logger.Named("cluster"),
 		viewCh: make(chan struct{}), fetchers: map[int32]*replicaFetcher{}, etcdLatency: newEtcdLatency()}
 	cl.ctx, cl.cancel = context.WithCancel(context.Background())
+	if s.cfg.Tier != nil {
+		s.cfg.Tier.SetCommitter(tierCommitter{cl}) // before any view: the first one may start fetchers
+	}
 	ctx, cancel := context.WithTimeout(cl.ctx, 30*time.Second)
 	defer cancel()
 	co, err := coord.Dial(ctx, coord.Config{Endpoints: cfg.Etcd, Cluster: cfg.Name, TTL: cfg.SessionTTL, Logger: cl.logger.Named("etcd")})

@@ -329,19 +329,28 @@ var errStaleFetcher = errors.New("the partition moved to another leader or epoch
 // resetTo starts p's log over at the leader's log start (its whole log
 // lies below it).
 func (cl *cluster) resetTo(f *replicaFetcher, p *partition, epoch int32, start int64) error {
+	if err := cl.resetLog(f, p, epoch, start, start); err != nil {
+		return err
+	}
+	cl.logger.Info("behind the leader's log start: log started over there", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Int64("log_start", start))
+	return nil
+}
+
+// resetLog empties p's log and starts it again at next (the log start at
+// logStart), without its producer state, if f still owns p at epoch.
+func (cl *cluster) resetLog(f *replicaFetcher, p *partition, epoch int32, next, logStart int64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !f.owns(p, epoch) {
 		return errStaleFetcher
 	}
-	if err := p.log.ResetTo(start); err != nil {
+	if err := p.log.ResetToAt(next, logStart); err != nil {
 		return err
 	}
 	clear(p.producers)
 	if err := os.Remove(filepath.Join(p.log.Dir(), producersFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	cl.logger.Info("behind the leader's log start: log started over there", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Int64("log_start", start))
 	return nil
 }
 
@@ -412,6 +421,15 @@ func (f *replicaFetcher) fetchOnce(ctx context.Context, rc *peerConn, parts map[
 			}
 			switch rp.ErrorCode {
 			case 0:
+			case kerr.OffsetMovedToTieredStorage.Code:
+				// Below the leader's local log: the bucket has it.
+				if moved, err := f.cl.rebaseFromBucket(f, a.p, a.epoch); err != nil && !errors.Is(err, errStaleFetcher) {
+					f.cl.logger.Warn("start over where the bucket's log ends", zap.String("topic", a.p.topic.name), zap.Int32("partition", a.p.index), zap.Error(err))
+					f.update(a.p, a.epoch, func(s *followed) { s.paused = time.Now().Add(time.Second) })
+				} else if !moved {
+					f.update(a.p, a.epoch, func(s *followed) { s.paused = time.Now().Add(200 * time.Millisecond) })
+				}
+				continue
 			case kerr.OffsetOutOfRange.Code:
 				if rp.LogStartOffset > a.p.log.LogEndOffset() {
 					// The leader's log starts past this whole log.

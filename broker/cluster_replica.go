@@ -113,6 +113,13 @@ func (cl *cluster) replicaFetchOnce(rid int32, req *kmsg.FetchRequest, record bo
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
+			if cl.s.cfg.Tier != nil && rp.FetchOffset < p.log.LocalStartOffset() {
+				// Released here, in the bucket: the follower starts over
+				// where the bucket's log ends (rebaseFromBucket).
+				sp.ErrorCode = kerr.OffsetMovedToTieredStorage.Code
+				st.Partitions = append(st.Partitions, sp)
+				continue
+			}
 			if rp.LastFetchedEpoch >= 0 && rp.FetchOffset > p.log.LogStartOffset() {
 				// KIP-320's check: the follower's log must end where this
 				// log's epoch LastFetchedEpoch does, or it diverged (it is

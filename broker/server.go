@@ -118,7 +118,8 @@ func New(cfg Config) (*Server, error) {
 		Now:          cfg.Now,
 		OnSeal:       s.kickTiering,
 	})
-	if cfg.Tier != nil {
+	if cfg.Tier != nil && cfg.Cluster == nil {
+		// (A cluster's metadata is in etcd: no topics.json in the bucket.)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		_, err = restoreFromTier(ctx, cfg.DataDir, cfg.Tier, cfg.Logger)
 		cancel()
@@ -135,6 +136,8 @@ func New(cfg Config) (*Server, error) {
 	s.reg = reg
 	if cfg.Tier != nil {
 		s.pruneForgets() // no request served yet
+	}
+	if cfg.Tier != nil && cfg.Cluster == nil {
 		reg.mirror = s.queueTopicsMirror
 		// Mirrored again at every start: a copy that failed before a
 		// restart is not left stale.
@@ -204,11 +207,6 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if cfg.Cluster != nil {
-		if cfg.Tier != nil {
-			close(s.maintDone) // maintain never ran: let Close proceed
-			s.Close()
-			return nil, errors.New("broker: tiering is not supported in cluster mode yet")
-		}
 		if s.cl, err = startCluster(s, *cfg.Cluster); err != nil {
 			close(s.maintDone) // maintain never ran: let Close proceed
 			s.Close()
@@ -350,7 +348,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = fmt.Errorf("broker: %d connections still busy at the shutdown deadline's share for requests: closed hard: %w", busy, drainCtx.Err())
 		<-done
 	}
-	if s.cfg.Tier != nil {
+	if s.cfg.Tier != nil && s.cl == nil { // (a cluster's followers hold the tail)
 		select {
 		case <-s.maintDone: // no upload in flight: offloadAll owns the manifests now
 			s.offloadAll(offloadCtx)
@@ -474,7 +472,7 @@ func (s *Server) maintain() {
 		case <-s.tierKick:
 		}
 		now := s.cfg.Now()
-		if s.cfg.Tier != nil {
+		if s.cfg.Tier != nil && s.cl == nil {
 			s.mirrorTopics(s.ctx)
 			s.mirrorSecurity(s.ctx)
 		}

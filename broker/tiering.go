@@ -43,12 +43,22 @@ type tierSig struct {
 	// uploaded again, and the release of a compacted topic waits for it.
 	firstDirty int64
 	configs    uint64 // topic.configGen
-	at         time.Time
+	// In a cluster: the role (leader or not, epoch) and the committed
+	// manifest pointer's revision.
+	lead  bool
+	epoch int32
+	ptr   int64
+	at    time.Time
 }
 
 func (s *Server) tierSigOf(p *partition, now time.Time) tierSig {
-	return tierSig{leo: p.log.LogEndOffset(), logStart: p.log.LogStartOffset(), localStart: p.log.LocalStartOffset(),
+	sig := tierSig{leo: p.log.LogEndOffset(), logStart: p.log.LogStartOffset(), localStart: p.log.LocalStartOffset(),
 		segments: p.log.SegmentCount(), firstDirty: p.log.FirstDirtyOffset(), configs: s.reg.configGenOf(p.topic), at: now}
+	if s.cl != nil {
+		r := roleOf(p)
+		sig.lead, sig.epoch, sig.ptr = r.isLeader, r.epoch, s.cl.tierPtrRev(p)
+	}
+	return sig
 }
 
 // compactHoldBytes bounds the dirty bytes of a compacted partition kept
@@ -107,16 +117,25 @@ func (s *Server) tierPartitionWork(p *partition, now time.Time) (idle bool) {
 	// is away: counted per minute, not logged per partition per pass.
 	where := []zap.Field{zap.String("topic", p.topic.name), zap.Int32("partition", p.index)}
 	warn := func(msg string, err error) { s.repeat.Warn(msg, append(where, zap.Error(err))...) }
-	n, err := t.Upload(ctx, pk, p.log)
-	if err != nil {
-		warn("upload to the tiered store", err) // retried next pass
-		return false
+	// In a cluster only the leader uploads (to its high watermark) and
+	// applies retention; a follower only releases what the bucket holds.
+	lead, limit := true, int64(math.MaxInt64)
+	if s.cl != nil {
+		lead, limit = s.cl.tierRole(p)
+	}
+	var n int
+	var err error
+	if lead {
+		if n, err = t.UploadBelow(ctx, pk, p.log, limit); err != nil {
+			warn("upload to the tiered store", err) // retried next pass
+			return false
+		}
 	}
 	idle = n == 0
 	if n > 0 {
 		p.mirrorDue.Store(true)
 	}
-	if p.mirrorDue.Load() {
+	if p.mirrorDue.Load() && lead {
 		idle = false
 		if s.mirrorProducers(ctx, p) {
 			p.mirrorDue.Store(false) // else retried next pass, new uploads or not
@@ -142,6 +161,9 @@ func (s *Server) tierPartitionWork(p *partition, now time.Time) (idle bool) {
 		idle = false
 	} else if released > 0 {
 		idle = false
+	}
+	if !lead {
+		return idle
 	}
 	rb, rm := retention(set)
 	if err := t.ApplyRetention(ctx, pk, p.log, rb, rm, now); err != nil {

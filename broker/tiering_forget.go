@@ -33,7 +33,8 @@ func (s *Server) cleanOrphans() {
 	// billed, but in no listing of objects): none of ours runs now.
 	// A bucket clean uploads outside the tiering passes: not while one runs
 	// (the next sweep aborts what is left).
-	if s.cleanerUploads.TryLock() {
+	// In a cluster other brokers upload to the same bucket: never.
+	if s.cl == nil && s.cleanerUploads.TryLock() {
 		ctx, cancel := context.WithTimeout(s.ctx, tierOpTimeout)
 		if n, err := s.cfg.Tier.AbortUploads(ctx); err != nil {
 			s.logger.Warn("abort incomplete uploads (retried at the next sweep)", zap.Error(err))

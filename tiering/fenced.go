@@ -88,12 +88,13 @@ func keyEpoch(key string) (int32, bool) {
 	return int32(e), err == nil && e >= 0
 }
 
-// CommittedKey is the key of the manifest cached for pk ("" if none is
-// cached, or none is committed).
-func (t *Tier) CommittedKey(pk PartitionKey) string {
+// Committed is what pk's cached manifest was loaded or committed as: its
+// key ("" for none committed) and token; ok is false if none is cached.
+func (t *Tier) Committed(pk PartitionKey) (key string, token int64, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.ptrs[pk].key
+	c, ok := t.ptrs[pk]
+	return c.key, c.token, ok
 }
 
 // Invalidate drops pk's cached manifest: the next use loads the committed

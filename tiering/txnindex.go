@@ -263,5 +263,5 @@ func (t *Tier) fetchTxnIndex(ctx context.Context, key string, s *SegmentMeta) ([
 // because the bucket holds all of it: the segment (manifest m) and its
 // aborted-transaction index as it is locally.
 func (t *Tier) SafeToRelease(m *Manifest, s log.SegmentInfo, lp *log.Partition) bool {
-	return m.Releasable(s, lp.LogStartOffset()) && t.txnIndexUploaded(m, s, lp)
+	return t.releasable(m, s, lp) && t.txnIndexUploaded(m, s, lp)
 }

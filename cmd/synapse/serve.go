@@ -266,11 +266,10 @@ func serveFunc(cmd *cobra.Command, logger *zap.Logger, o *serveOptions) error {
 	if tierURL == "" {
 		tierURL = "file://" + filepath.Join(dataDir, "tier")
 	}
-	if o.cluster.name != "" {
-		// Not yet: each partition's replicas keep its whole log.
-		if o.tier != "" && o.tier != "none" {
-			return errors.New("--tier: tiering is not supported in cluster mode yet (use --tier none)")
-		}
+	if o.cluster.name != "" && o.tier == "" {
+		// A cluster's brokers share one bucket: no default under one
+		// broker's data directory. Without --tier each partition's
+		// replicas keep its whole log.
 		tierURL = "none"
 	}
 	clusterCfg, stopEtcd, err := o.cluster.start(dataDir, advertised, logger)
