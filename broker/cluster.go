@@ -492,6 +492,9 @@ func (cl *cluster) setRole(p *partition, part coord.Part, present bool) {
 	case r.isLeader:
 		cl.unfollow(p)
 		if old == nil || !old.isLeader || old.epoch != r.epoch {
+			if err := cl.restoredStart(p, cl.currentView()); err != nil {
+				cl.logger.Error("restore", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
+			}
 			r.startOffset = p.log.LogEndOffset()
 			p.repl.mu.Lock()
 			p.repl.followers = map[int32]*followerState{}

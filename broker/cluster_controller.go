@@ -50,10 +50,25 @@ func (cl *cluster) campaign(ctx context.Context, co *coord.Client) {
 func (cl *cluster) control(ctx context.Context, co *coord.Client, lead *coord.Leadership) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	// With a bucket: a keyspace no controller has checked may be a disaster
+	// to restore from it (cluster_restore.go) before anything else.
+	// The mirror only once that is settled: an empty keyspace's topics
+	// must not replace the copy a restore reads.
+	settled := cl.s.cfg.Tier == nil
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
 	for {
 		ch := cl.viewChanged()
 		if v := cl.currentView(); v != nil {
-			cl.controlOnce(ctx, co, lead, v)
+			if !settled {
+				if settled = cl.restoreOnce(ctx, co, lead, v, time.Since(start)); settled {
+					go cl.mirrorLoop(mctx, co)
+				}
+			}
+			if settled {
+				cl.controlOnce(ctx, co, lead, v)
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -2,6 +2,7 @@ package compattests
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -238,4 +240,168 @@ func TestClusterTiered(t *testing.T) {
 			strings.Count(string(logb), "fenced"))
 	}
 	verifyAcked(t, c.seeds(), topic, partitions, acks)
+}
+
+// manifestEnds reads, from the bucket's files, the end offset of each
+// partition's newest fenced manifest (by epoch, then sequence).
+func (s *s3Server) manifestEnds(t testing.TB, prefix string) map[string]int64 {
+	t.Helper()
+	type seqd struct {
+		epoch, seq int64
+		next       int64
+	}
+	best := map[string]seqd{}
+	for _, k := range s.objects(t, prefix) {
+		dir, name := filepath.Split(k)
+		var e, q int64
+		if _, err := fmt.Sscanf(name, "manifest-e%d-%d.json", &e, &q); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(s.root, s3Bucket, prefix, k))
+		if err != nil {
+			continue // replaced meanwhile
+		}
+		var m struct {
+			LogStart int64 `json:"log_start_offset"`
+			Segments []struct {
+				Next int64 `json:"next"`
+			} `json:"segments"`
+		}
+		if json.Unmarshal(b, &m) != nil {
+			continue
+		}
+		next := m.LogStart
+		if n := len(m.Segments); n > 0 {
+			next = m.Segments[n-1].Next
+		}
+		if cur, ok := best[dir]; !ok || e > cur.epoch || e == cur.epoch && q > cur.seq {
+			best[dir] = seqd{e, q, next}
+		}
+	}
+	out := map[string]int64{}
+	for d, v := range best {
+		out[strings.TrimSuffix(d, "/")] = v.next
+	}
+	return out
+}
+
+// TestClusterDisasterRestore: a 3-broker cluster over one bucket loses
+// every broker's disk and etcd. Started again on empty disks and an empty
+// etcd, the cluster restores the topic from the bucket: every partition
+// goes on where its manifest ends, at a higher leader epoch, and every
+// acknowledged record the bucket held is read back at its offset.
+func TestClusterDisasterRestore(t *testing.T) {
+	s3 := startS3(t)
+	c := startSynCluster(t, 3, "--tier", s3.url("d"), "--maintenance-interval", "300ms")
+	const topic, partitions = "precious", int32(4)
+	adm := c.admin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := adm.CreateTopic(ctx, partitions, 3, map[string]*string{
+		"segment.bytes": kadm.StringPtr("32768"), "segment.ms": kadm.StringPtr("1000"), "local.retention.bytes": kadm.StringPtr("0"),
+	}, topic); err != nil {
+		t.Fatal(err)
+	}
+	c.waitISR(t, topic, 3, 20*time.Second)
+	acks, times := newAckLog(), &ackTimes{times: map[int32][]time.Time{}}
+	stop := make(chan struct{})
+	wg := runProducers(t, c.seeds(), topic, partitions, 2, acks, times, stop)
+	time.Sleep(5 * time.Second)
+	close(stop)
+	wg.Wait()
+	// Idle, every partition's last segment is sealed by segment.ms and
+	// uploaded: the bucket then holds everything acknowledged.
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { want[o.Partition] = o.Offset })
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		got := s3.manifestEnds(t, "d")
+		full := len(got) == int(partitions)
+		for dir, end := range got {
+			p, err := strconv.Atoi(dir[strings.LastIndexByte(dir, '/')+1:])
+			full = full && err == nil && want[int32(p)] == end
+		}
+		if full {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the bucket's manifests end at %v; the partitions at %v", got, want)
+		}
+	}
+	epochs := map[int32]int32{}
+	before, err := c.states(t, adm, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, s := range before {
+		epochs[p] = s.epoch
+	}
+	time.Sleep(time.Second) // the controller's mirror of the topics (every second)
+
+	// The disaster: every broker and etcd killed, every disk emptied.
+	for _, b := range c.brokers {
+		b.Kill9(t)
+		if err := os.RemoveAll(b.dataDir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.etcd.cmd.Process.Kill()
+	<-c.etcd.exited
+	c.etcd = startEtcd(t)
+	for _, b := range c.brokers {
+		for i, a := range b.extraArgs {
+			if a == "--etcd" {
+				b.extraArgs[i+1] = c.etcd.url
+			}
+		}
+	}
+	for _, b := range c.brokers {
+		b.Start(t)
+	}
+	c.waitBrokers(t, 3)
+	adm = c.admin(t)
+	c.waitISR(t, topic, 3, 90*time.Second)
+	st, err := c.states(t, adm, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range partitions {
+		if st[p].epoch <= epochs[p] {
+			t.Errorf("partition %d restored at leader epoch %d, not above %d", p, st[p].epoch, epochs[p])
+		}
+	}
+	ends2, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends2.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil || o.Offset != want[o.Partition] {
+			t.Errorf("partition %d restored ending at %d (%v), want %d", o.Partition, o.Offset, o.Err, want[o.Partition])
+		}
+	})
+	t.Logf("restored %d partitions ending at %v, epochs %v -> %v; %d acks before the disaster", partitions, want, epochs, st, acks.count())
+	verifyAcked(t, c.seeds(), topic, partitions, acks)
+
+	// New records go on after the restored ones, at the new epoch.
+	acks2 := newAckLog()
+	stop2 := make(chan struct{})
+	wg2 := runProducers(t, c.seeds(), topic, partitions, 1, acks2, &ackTimes{times: map[int32][]time.Time{}}, stop2)
+	time.Sleep(2 * time.Second)
+	close(stop2)
+	wg2.Wait()
+	acks2.mu.Lock()
+	for p, m := range acks2.acks {
+		for off := range m {
+			if off < want[p] {
+				t.Errorf("partition %d: a new record acknowledged at %d, below the restored end %d", p, off, want[p])
+			}
+		}
+	}
+	acks2.mu.Unlock()
+	if acks2.count() == 0 {
+		t.Error("nothing acknowledged after the restore")
+	}
 }

@@ -140,7 +140,12 @@ type Topic struct {
 type TierPtr struct {
 	Manifest string `json:"manifest"`
 	Epoch    int32  `json:"leader_epoch"`
-	ModRev   int64  `json:"-"`
+	// Next and LogStart are the manifest's end and log start, set by a
+	// restore (RestoreTopic): a leader whose log ends before Next starts it
+	// over there before it serves.
+	Next     int64 `json:"next,omitempty"`
+	LogStart int64 `json:"log_start,omitempty"`
+	ModRev   int64 `json:"-"`
 }
 
 // PartUpdate is one conditional partition write for SetParts.
@@ -624,4 +629,113 @@ func (c *Client) CommitManifest(ctx context.Context, k PartKey, manifest string,
 		return 0, fmt.Errorf("coord: %s: %w", op, ErrConflict)
 	}
 	return resp.Header.Revision, nil
+}
+
+func (c *Client) tierKey(k PartKey) string {
+	return c.prefix + "tier/" + k.Topic + "/" + strconv.Itoa(int(k.Partition))
+}
+
+// RestoreTopic writes a topic restored from the bucket: its partition
+// states and manifest pointers first, then the topic itself if no topic of
+// that name exists (ErrConflict otherwise), every transaction fenced. Until
+// the topic is there no broker acts on its partitions, so a restore cut
+// short is simply run again.
+func (c *Client) RestoreTopic(ctx context.Context, t TopicInfo, parts map[int32]PartState, ptrs map[int32]TierPtr, fence ...clientv3.Cmp) error {
+	op := fmt.Sprintf("restore topic %q", t.Name)
+	if err := validName("topic", t.Name); err != nil {
+		return fmt.Errorf("coord: %s: %w", op, err)
+	}
+	var ops []clientv3.Op
+	for p, st := range parts {
+		b, err := json.Marshal(st)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, clientv3.OpPut(c.partKey(PartKey{t.Name, p}), string(b)))
+	}
+	for p, ptr := range ptrs {
+		b, err := json.Marshal(ptr)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, clientv3.OpPut(c.tierKey(PartKey{t.Name, p}), string(b)))
+	}
+	per := maxTxnOps - len(fence) - 1
+	for start := 0; start < len(ops); start += per {
+		end := min(start+per, len(ops))
+		resp, err := c.cli.Txn(ctx).If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(c.topicKey(t.Name)), "=", 0)}, fence...)...).
+			Then(ops[start:end]...).Commit()
+		if err != nil {
+			return c.wrapErr(op, err)
+		}
+		if !resp.Succeeded {
+			return fmt.Errorf("coord: %s: %w", op, ErrConflict)
+		}
+	}
+	b, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	resp, err := c.cli.Txn(ctx).If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(c.topicKey(t.Name)), "=", 0)}, fence...)...).
+		Then(clientv3.OpPut(c.topicKey(t.Name), string(b))).Commit()
+	if err != nil {
+		return c.wrapErr(op, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("coord: %s: %w", op, ErrConflict)
+	}
+	return nil
+}
+
+// RestoreChecked reports whether this keyspace's first controller has
+// looked for a bucket to restore from (MarkRestoreChecked).
+func (c *Client) RestoreChecked(ctx context.Context) (bool, error) {
+	resp, err := c.cli.Get(ctx, c.prefix+"restore_checked")
+	if err != nil {
+		return false, c.wrapErr("read restore_checked", err)
+	}
+	return len(resp.Kvs) > 0, nil
+}
+
+// MarkRestoreChecked records that no restore is to be done in this
+// keyspace any more (fenced like any controller write).
+func (c *Client) MarkRestoreChecked(ctx context.Context, fence ...clientv3.Cmp) error {
+	resp, err := c.cli.Txn(ctx).If(fence...).Then(clientv3.OpPut(c.prefix+"restore_checked", "1")).Commit()
+	if err != nil {
+		return c.wrapErr("mark restore_checked", err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("coord: mark restore_checked: %w", ErrConflict)
+	}
+	return nil
+}
+
+// ProducerIDNext returns the next producer id AllocProducerIDs would hand
+// out.
+func (c *Client) ProducerIDNext(ctx context.Context) (int64, error) {
+	resp, err := c.cli.Get(ctx, c.prefix+"pid/next")
+	if err != nil {
+		return 0, c.wrapErr("read pid/next", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return firstProducerID, nil
+	}
+	return strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
+}
+
+// RaiseProducerIDs moves pid/next up to floor if it is below (a restore:
+// no id handed out before the disaster is handed out again).
+func (c *Client) RaiseProducerIDs(ctx context.Context, floor int64) error {
+	for {
+		next, err := c.ProducerIDNext(ctx)
+		if err != nil {
+			return err
+		}
+		if next >= floor {
+			return nil
+		}
+		if _, err := c.AllocProducerIDs(ctx, floor-next); err != nil {
+			return err
+		}
+	}
 }

@@ -666,3 +666,55 @@ func TestCommitManifest(t *testing.T) {
 		t.Fatalf("pointers after the topic's delete: %+v", v.Tier)
 	}
 }
+
+// TestRestoreTopic: a restore writes partition states and pointers, then
+// the topic, never over an existing topic; restore_checked and the
+// producer-id floor.
+func TestRestoreTopic(t *testing.T) {
+	ctx := ctxT(t)
+	c := dial(t, newCluster(t))
+	l, err := c.Campaign(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.RestoreChecked(ctx); err != nil || ok {
+		t.Fatalf("a new keyspace checked: %v, %v", ok, err)
+	}
+	info := TopicInfo{Name: "r", ID: "0123456789abcdef0123456789abcdef", Partitions: 2, RF: 1}
+	parts := map[int32]PartState{0: {Leader: 1, Epoch: 7, Replicas: []int32{1}, ISR: []int32{1}}, 1: {Leader: 1, Epoch: 3, Replicas: []int32{1}, ISR: []int32{1}}}
+	ptrs := map[int32]TierPtr{0: {Manifest: "r-x/0/manifest-e6-2.json", Epoch: 6, Next: 100, LogStart: 10}}
+	if err := c.RestoreTopic(ctx, info, parts, ptrs, l.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RestoreTopic(ctx, info, parts, ptrs, l.Fence()); !errors.Is(err, ErrConflict) {
+		t.Fatalf("a restore over an existing topic: %v, want ErrConflict", err)
+	}
+	v, err := c.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Topics["r"].Info.Partitions != 2 || v.Parts[PartKey{"r", 0}].State.Epoch != 7 || v.Parts[PartKey{"r", 1}].State.Epoch != 3 {
+		t.Fatalf("restored: %+v, %+v", v.Topics["r"], v.Parts)
+	}
+	if p := v.Tier[PartKey{"r", 0}]; p.Next != 100 || p.LogStart != 10 || p.Epoch != 6 {
+		t.Fatalf("restored pointer %+v", p)
+	}
+	if err := c.MarkRestoreChecked(ctx, l.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.RestoreChecked(ctx); err != nil || !ok {
+		t.Fatalf("checked after the mark: %v, %v", ok, err)
+	}
+	if err := c.RaiseProducerIDs(ctx, 5000); err != nil {
+		t.Fatal(err)
+	}
+	if first, err := c.AllocProducerIDs(ctx, 10); err != nil || first != 5000 {
+		t.Fatalf("first id after the raise: %d, %v; want 5000", first, err)
+	}
+	if err := c.RaiseProducerIDs(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.ProducerIDNext(ctx); err != nil || n != 5010 {
+		t.Fatalf("a raise below the counter moved it: %d, %v", n, err)
+	}
+}

@@ -2,10 +2,12 @@ package tiering
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -251,4 +253,70 @@ func batchPosition(r io.ReaderAt, seg log.SegmentInfo, offset int64) (int64, err
 		pos += int64(h.Length)
 	}
 	return 0, fmt.Errorf("offset %d not found", offset)
+}
+
+// LatestManifest finds, with the commit point lost (a disaster: etcd
+// empty), the newest fenced manifest of pk in the bucket whose last
+// segment is there: manifests are never overwritten and their keys carry
+// (epoch, seq), and every manifest a leader wrote lists only records below
+// its high watermark, so the newest readable one is the longest committed
+// log the bucket holds. It also returns the highest leader epoch in any
+// of pk's keys (a restored partition goes on above it). ok is false if pk
+// has no manifest.
+func (t *Tier) LatestManifest(ctx context.Context, pk PartitionKey) (key string, m *Manifest, maxEpoch int32, ok bool, err error) {
+	keys, err := t.store.List(ctx, pk.dir()+"/")
+	if err != nil {
+		return "", nil, 0, false, err
+	}
+	type cand struct {
+		key   string
+		epoch int32
+		seq   int64
+	}
+	var cands []cand
+	for _, k := range keys {
+		e, fenced := keyEpoch(k)
+		if !fenced {
+			continue
+		}
+		maxEpoch = max(maxEpoch, e)
+		name := k[strings.LastIndexByte(k, '/')+1:]
+		if rest, isManifest := strings.CutPrefix(name, "manifest-e"); isManifest {
+			_, s, _ := strings.Cut(strings.TrimSuffix(rest, ".json"), "-")
+			if seq, err := strconv.ParseInt(s, 10, 64); err == nil {
+				cands = append(cands, cand{k, e, seq})
+			}
+		}
+	}
+	slices.SortFunc(cands, func(a, b cand) int {
+		if c := cmp.Compare(b.epoch, a.epoch); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.seq, a.seq)
+	})
+	for _, c := range cands {
+		b, err := t.store.GetRange(ctx, c.key, 0, -1)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return "", nil, 0, false, err
+		}
+		m, err := decodeManifest(b)
+		if err != nil {
+			t.logger.Warn("skipping an unreadable manifest", zap.String("key", c.key), zap.Error(err))
+			continue
+		}
+		if n := len(m.Segments); n > 0 {
+			// Its newest objects may have been swept (a commit refused,
+			// then retried under the same key by a pass that failed).
+			if _, err := t.store.GetRange(ctx, pk.objectKey(&m.Segments[n-1], ".log"), 0, 1); errors.Is(err, ErrNotFound) {
+				continue
+			} else if err != nil {
+				return "", nil, 0, false, err
+			}
+		}
+		return c.key, m, maxEpoch, true, nil
+	}
+	return "", nil, maxEpoch, false, nil
 }

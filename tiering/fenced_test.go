@@ -207,6 +207,23 @@ func TestFencedFailover(t *testing.T) {
 			got = got[h.Length:]
 		}
 	}
+	// With the commit point lost (a disaster), the newest readable
+	// manifest is B's last commit, and epoch 2 the highest in the keys.
+	if key, m, maxEpoch, ok, err := tb.LatestManifest(ctx, pk); err != nil || !ok || key != ptr.key || m.Next() != mb.Next() || maxEpoch != 2 {
+		t.Fatalf("LatestManifest: %q (next %v), max epoch %d, %v, %v; want %q, %d, 2", key, m != nil && m.Next() == mb.Next(), maxEpoch, ok, err, ptr.key, mb.Next())
+	}
+	// A newer manifest whose last segment is not in the bucket (swept) is
+	// passed over.
+	bad := mb.clone()
+	bad.Seq, bad.Epoch = 99, 2
+	bad.Segments = append(bad.Segments, SegmentMeta{Base: mb.Next(), Next: mb.Next() + 5, Size: 10, Fenced: true, Epoch: 2})
+	bb, _ := bad.encode()
+	if err := store.Put(ctx, pk.fencedManifestKey(2, 99), strings.NewReader(string(bb)), int64(len(bb))); err != nil {
+		t.Fatal(err)
+	}
+	if key, _, _, _, err := tb.LatestManifest(ctx, pk); err != nil || key != ptr.key {
+		t.Fatalf("LatestManifest with a newer manifest naming a missing object: %q, %v; want %q", key, err, ptr.key)
+	}
 	// A follower releases what the manifest covers, whatever its own
 	// segment boundaries (A's log as a follower of B).
 	ca.believe = -1
