@@ -24,6 +24,10 @@ func (s *Server) handleAlterPartitionReassignments(c *conn, req *kmsg.AlterParti
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 		return resp, nil
 	}
+	if s.cl != nil {
+		s.cl.alterReassignments(req, resp) // cluster_reassign.go
+		return resp, nil
+	}
 	node := s.meta.m.NodeID
 	for _, rt := range req.Topics {
 		st := kmsg.NewAlterPartitionAssignmentsResponseTopic()
@@ -59,6 +63,8 @@ func (s *Server) handleListPartitionReassignments(c *conn, req *kmsg.ListPartiti
 	resp := req.ResponseKind().(*kmsg.ListPartitionReassignmentsResponse)
 	if !c.allowedCluster(opDescribe) {
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+	} else if s.cl != nil {
+		s.cl.listReassignments(req, resp)
 	}
 	return resp, nil
 }

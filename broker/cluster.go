@@ -57,6 +57,9 @@ type ClusterConfig struct {
 	// ReplicaLagMax is replica.lag.time.max.ms: a follower not caught up
 	// for this long leaves the ISR (default 10 s).
 	ReplicaLagMax time.Duration
+	// NoReplicaRebalance stops the controller from moving replicas to
+	// spread them over the live brokers (cluster_reassign.go).
+	NoReplicaRebalance bool
 }
 
 // clusterFile records the cluster a data directory belongs to.
@@ -83,6 +86,9 @@ type cluster struct {
 	// rebalancedAt: the controller's last preferred-leader pass
 	// (controller goroutine only).
 	rebalancedAt time.Time
+	// rebalancing: the controller is moving replicas to a broker added
+	// (cluster_reassign.go).
+	rebalancing bool
 	// regRev: this broker's registration revision in the view being
 	// applied (applyMu).
 	regRev int64
@@ -116,7 +122,8 @@ type replicaRole struct {
 	replicas []int32
 	isr      []int32
 	modRev   int64
-	isLeader bool // leader is this broker
+	state    coord.PartState // the whole state the role came from (writes change it, keeping the rest)
+	isLeader bool            // leader is this broker
 	// startOffset is the log end when this broker became leader at epoch
 	// (a follower joins the ISR only from there on).
 	startOffset int64
@@ -472,14 +479,14 @@ func (cl *cluster) setRole(p *partition, part coord.Part, present bool) {
 	r := &replicaRole{leader: -1}
 	if present {
 		st := part.State
-		r = &replicaRole{leader: st.Leader, epoch: st.Epoch, replicas: st.Replicas, isr: st.ISR, modRev: part.ModRev}
+		r = &replicaRole{leader: st.Leader, epoch: st.Epoch, replicas: st.Replicas, isr: st.ISR, modRev: part.ModRev, state: st}
 		// Only a leadership granted to this run of the broker: one older
 		// than its registration was an earlier run's, whose unsynced
 		// tail may be gone while followers hold it (the controller
 		// elects again, at a new epoch).
 		r.isLeader = st.Leader == cl.id && slices.Contains(st.ISR, cl.id) && part.ModRev > cl.regRev
 	}
-	if old != nil && old.modRev == r.modRev && old.leader == r.leader && old.epoch == r.epoch {
+	if old != nil && old.modRev == r.modRev && old.leader == r.leader && old.epoch == r.epoch && slices.Equal(old.replicas, r.replicas) {
 		return
 	}
 	if !p.log.Replicated() {
@@ -511,8 +518,8 @@ func (cl *cluster) setRole(p *partition, part coord.Part, present bool) {
 		cl.unfollow(p)
 	case mine && r.leader >= 0:
 		p.repl.role.Store(r)
-		if old == nil || old.leader != r.leader || old.epoch != r.epoch || old.isLeader {
-			cl.follow(p, r)
+		if old == nil || old.leader != r.leader || old.epoch != r.epoch || old.isLeader || !slices.Contains(old.replicas, cl.id) {
+			cl.follow(p, r) // (a replica added by a reassignment starts here too)
 		}
 	default:
 		p.repl.role.Store(r)

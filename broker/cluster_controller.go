@@ -126,17 +126,23 @@ func (cl *cluster) controlOnce(ctx context.Context, co *coord.Client, lead *coor
 				}
 				continue
 			}
-			if st, changed := electFor(part.State, alive, replaced); changed {
+			if st, ok := nextState(part, v, alive, replaced, rebalance); ok {
 				ups = append(ups, coord.PartUpdate{Key: k, State: st, ModRev: part.ModRev})
-			} else if b, ok := v.Brokers[part.State.Leader]; ok && b.RegRev > part.ModRev {
-				// Granted to an earlier run of its leader: a new epoch (the
-				// same broker may lead it), so followers that hold a tail
-				// it lost truncate it.
-				ups = append(ups, coord.PartUpdate{Key: k, State: reelect(part.State, alive), ModRev: part.ModRev})
-			} else if rebalance {
-				if st, ok := preferLeader(part.State, alive); ok {
-					ups = append(ups, coord.PartUpdate{Key: k, State: st, ModRev: part.ModRev})
-				}
+			}
+		}
+	}
+	if len(ups) == 0 && !cl.cfg.NoReplicaRebalance {
+		// Nothing else to do: a broker added gets its share of replicas
+		// (cluster_reassign.go), until the counts are even.
+		if !cl.rebalancing && emptyBroker(v, live) {
+			cl.rebalancing = true
+			cl.logger.Info("controller: a broker holds no replica: moving replicas to it")
+		}
+		if cl.rebalancing {
+			var done bool
+			if ups, done = proposeMoves(v, live); done {
+				cl.rebalancing = false
+				cl.logger.Info("controller: replicas spread over the live brokers")
 			}
 		}
 	}
@@ -169,16 +175,47 @@ func (cl *cluster) controlOnce(ctx context.Context, co *coord.Client, lead *coor
 	cl.logger.Debug("controller wrote", zap.Int("partitions", len(ups)), zap.Duration("took", time.Since(start)))
 }
 
+// nextState is the state the controller writes for part, if any.
+func nextState(part coord.Part, v *coord.View, alive, replaced func(int32) bool, rebalance bool) (coord.PartState, bool) {
+	if b, ok := v.Brokers[part.State.Leader]; ok && b.RegRev > part.ModRev && alive(part.State.Leader) {
+		// Granted to an earlier run (or session) of its leader: a new
+		// epoch first (the same broker may lead it), so followers that
+		// hold a tail it lost truncate it. Before any other change: an
+		// ISR change alone would keep the epoch and grant the old
+		// leadership to the new run. (A leader back on another disk is
+		// not alive: electFor moves the leadership, epoch + 1, and takes
+		// it out of the ISR before its new disk is recorded.)
+		return reelect(part.State, alive), true
+	}
+	if st, changed := electFor(part.State, alive, replaced); changed {
+		return st, true
+	}
+	if st, done := completeReassignment(part.State); done {
+		return st, true
+	}
+	if rebalance {
+		return preferLeader(part.State, alive)
+	}
+	return coord.PartState{}, false
+}
+
+// with is st with another leader, epoch and ISR (its replicas and any
+// reassignment kept).
+func with(st coord.PartState, leader, epoch int32, isr []int32) coord.PartState {
+	st.Leader, st.Epoch, st.ISR = leader, epoch, isr
+	return st
+}
+
 // reelect gives st a new epoch with the first live ISR member (in replica
 // order) as leader.
 func reelect(st coord.PartState, alive func(int32) bool) coord.PartState {
 	isr := slices.DeleteFunc(slices.Clone(st.ISR), func(id int32) bool { return !alive(id) })
 	for _, id := range st.Replicas {
 		if slices.Contains(isr, id) {
-			return coord.PartState{Leader: id, Epoch: st.Epoch + 1, Replicas: st.Replicas, ISR: isr}
+			return with(st, id, st.Epoch+1, isr)
 		}
 	}
-	return coord.PartState{Leader: -1, Epoch: st.Epoch + 1, Replicas: st.Replicas, ISR: st.ISR}
+	return with(st, -1, st.Epoch+1, st.ISR)
 }
 
 // rebalanceEvery is how often the controller moves leadership back to
@@ -195,7 +232,7 @@ func preferLeader(st coord.PartState, alive func(int32) bool) (coord.PartState, 
 	if st.Leader == pref || !alive(pref) || !slices.Contains(st.ISR, pref) {
 		return st, false
 	}
-	return coord.PartState{Leader: pref, Epoch: st.Epoch + 1, Replicas: st.Replicas, ISR: st.ISR}, true
+	return with(st, pref, st.Epoch+1, st.ISR), true
 }
 
 // assignReplicas places a new partition's rf replicas on the live brokers:
@@ -232,13 +269,13 @@ func electFor(st coord.PartState, alive, replaced func(int32) bool) (coord.PartS
 		if len(isr) == len(st.ISR) {
 			return st, false
 		}
-		return coord.PartState{Leader: st.Leader, Epoch: st.Epoch, Replicas: st.Replicas, ISR: isr}, true
+		return with(st, st.Leader, st.Epoch, isr), true
 	}
 	// A new leader: the first replica (the preferred order) in the ISR and
 	// alive.
 	for _, id := range st.Replicas {
 		if alive(id) && slices.Contains(st.ISR, id) {
-			return coord.PartState{Leader: id, Epoch: st.Epoch + 1, Replicas: st.Replicas, ISR: isr}, true
+			return with(st, id, st.Epoch+1, isr), true
 		}
 	}
 	// Nobody in the ISR is alive: offline, keeping the ISR it had (its
@@ -249,9 +286,9 @@ func electFor(st coord.PartState, alive, replaced func(int32) bool) (coord.PartS
 		if len(keep) == len(st.ISR) {
 			return st, false // offline already: wait for an ISR member
 		}
-		return coord.PartState{Leader: -1, Epoch: st.Epoch, Replicas: st.Replicas, ISR: keep}, true
+		return with(st, -1, st.Epoch, keep), true
 	}
-	return coord.PartState{Leader: -1, Epoch: st.Epoch + 1, Replicas: st.Replicas, ISR: keep}, true
+	return with(st, -1, st.Epoch+1, keep), true
 }
 
 // handOver moves the leadership of every partition this broker leads to
@@ -287,9 +324,10 @@ func (cl *cluster) handOver(ctx context.Context) {
 			if next < 0 {
 				continue // nobody to take it: it goes offline with this broker
 			}
-			isr := slices.DeleteFunc(slices.Clone(r.isr), func(id int32) bool { return id == cl.id })
-			ups = append(ups, coord.PartUpdate{Key: coord.PartKey{Topic: p.topic.name, Partition: p.index},
-				State: coord.PartState{Leader: next, Epoch: r.epoch + 1, Replicas: r.replicas, ISR: isr}, ModRev: r.modRev})
+			st := r.state
+			st.Leader, st.Epoch = next, r.epoch+1
+			st.ISR = slices.DeleteFunc(slices.Clone(r.isr), func(id int32) bool { return id == cl.id })
+			ups = append(ups, coord.PartUpdate{Key: coord.PartKey{Topic: p.topic.name, Partition: p.index}, State: st, ModRev: r.modRev})
 		}
 	}
 	if len(ups) == 0 {

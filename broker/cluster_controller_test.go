@@ -85,3 +85,121 @@ func TestReelect(t *testing.T) {
 		t.Errorf("re-election of a restarted leader: %+v, want leader 1 at epoch 8, ISR [1 2]", got)
 	}
 }
+
+// TestNextStateStaleLeadership: a leadership granted before its leader's
+// registration gets a new epoch even when an ISR member died too (an ISR
+// change alone would hand the old epoch to the new run).
+func TestNextStateStaleLeadership(t *testing.T) {
+	v := &coord.View{Brokers: map[int32]coord.BrokerInfo{1: {ID: 1, RegRev: 50}, 2: {ID: 2, RegRev: 10}}}
+	alive := func(id int32) bool { _, ok := v.Brokers[id]; return ok }
+	replaced := func(int32) bool { return false }
+	part := coord.Part{State: coord.PartState{Leader: 1, Epoch: 4, Replicas: []int32{1, 2, 3}, ISR: []int32{1, 2, 3}}, ModRev: 40}
+	st, ok := nextState(part, v, alive, replaced, false)
+	if !ok || st.Epoch != 5 || st.Leader != 1 || !slices.Equal(st.ISR, []int32{1, 2}) {
+		t.Fatalf("stale leadership with a dead ISR member: %+v, %v; want leader 1 at epoch 5, ISR [1 2]", st, ok)
+	}
+	// Granted after the registration: only the dead member leaves the ISR.
+	part.ModRev = 60
+	st, ok = nextState(part, v, alive, replaced, false)
+	if !ok || st.Epoch != 4 || st.Leader != 1 || !slices.Equal(st.ISR, []int32{1, 2}) {
+		t.Fatalf("current leadership with a dead ISR member: %+v, %v; want leader 1 at epoch 4, ISR [1 2]", st, ok)
+	}
+}
+
+// TestReassignment: a move adds the target's new replicas, completes once
+// they are in the ISR (a new leader at epoch + 1 if the leader left), and
+// a cancel goes back to the replicas before it.
+func TestReassignment(t *testing.T) {
+	st := coord.PartState{Leader: 1, Epoch: 3, Replicas: []int32{1, 2, 3}, ISR: []int32{1, 2, 3}}
+	mv := startReassignment(st, []int32{4, 2, 3})
+	if !slices.Equal(mv.Replicas, []int32{4, 2, 3, 1}) || !slices.Equal(mv.Adding, []int32{4}) || !slices.Equal(mv.Removing, []int32{1}) {
+		t.Fatalf("start: %+v", mv)
+	}
+	if _, done := completeReassignment(mv); done {
+		t.Fatal("completed before the added replica is in the ISR")
+	}
+	in := mv
+	in.ISR = []int32{1, 2, 3, 4}
+	end, done := completeReassignment(in)
+	if !done || !slices.Equal(end.Replicas, []int32{4, 2, 3}) || !slices.Equal(end.ISR, []int32{2, 3, 4}) || reassigning(end) {
+		t.Fatalf("complete: %+v, %v", end, done)
+	}
+	if end.Leader != 4 || end.Epoch != 4 {
+		t.Fatalf("the removed leader's successor: %d at %d; want 4 at 4 (the first target replica in the ISR)", end.Leader, end.Epoch)
+	}
+	back := cancelReassignment(in)
+	if !slices.Equal(back.Replicas, []int32{2, 3, 1}) || !slices.Equal(back.ISR, []int32{1, 2, 3}) || reassigning(back) || back.Leader != 1 {
+		t.Fatalf("cancel: %+v", back)
+	}
+	// A failover during the move keeps it.
+	if st2, ok := electFor(mv, func(id int32) bool { return id != 1 }, func(int32) bool { return false }); !ok || !reassigning(st2) || st2.Leader == 1 {
+		t.Fatalf("failover during a move: %+v, %v", st2, ok)
+	}
+}
+
+// TestProposeMoves: a fourth broker added to three holding every replica
+// gets its share, one replica per partition moved, at most maxMoves at once,
+// and nothing moves while a move is under way or counts are even.
+func TestProposeMoves(t *testing.T) {
+	v := &coord.View{Topics: map[string]coord.Topic{"t": {}}, Parts: map[coord.PartKey]coord.Part{}}
+	for p := range int32(6) {
+		v.Parts[coord.PartKey{Topic: "t", Partition: p}] = coord.Part{ModRev: 10, State: coord.PartState{Leader: 0, Replicas: []int32{0, 1, 2}, ISR: []int32{0, 1, 2}}}
+	}
+	live := []coord.BrokerInfo{{ID: 0}, {ID: 1}, {ID: 2}}
+	if ups, done := proposeMoves(v, live); len(ups) != 0 || !done || emptyBroker(v, live) {
+		t.Fatalf("even counts: %d moves, done %v", len(ups), done)
+	}
+	live = append(live, coord.BrokerInfo{ID: 3})
+	if !emptyBroker(v, live) {
+		t.Fatal("a broker added with no replica: not seen")
+	}
+	ups, _ := proposeMoves(v, live)
+	if len(ups) != maxMoves {
+		t.Fatalf("moves to a new broker: %d, want %d", len(ups), maxMoves)
+	}
+	seen := map[coord.PartKey]bool{}
+	for _, u := range ups {
+		if seen[u.Key] || !slices.Equal(u.State.Adding, []int32{3}) || len(u.State.Removing) != 1 || u.ModRev != 10 {
+			t.Fatalf("move %+v", u)
+		}
+		seen[u.Key] = true
+		v.Parts[u.Key] = coord.Part{ModRev: 11, State: u.State}
+	}
+	if ups, done := proposeMoves(v, live); len(ups) != 0 || done {
+		t.Fatalf("%d moves while moves are under way (done %v)", len(ups), done)
+	}
+}
+
+// TestProposeMovesLeaders: the moves to a new broker include the first
+// replica's place of some partition (it becomes a preferred leader).
+func TestProposeMovesLeaders(t *testing.T) {
+	v := &coord.View{Topics: map[string]coord.Topic{"t": {}}, Parts: map[coord.PartKey]coord.Part{}}
+	orders := [][]int32{{1, 2, 0}, {2, 0, 1}, {0, 1, 2}, {1, 2, 0}, {2, 0, 1}, {0, 1, 2}}
+	for p, reps := range orders {
+		v.Parts[coord.PartKey{Topic: "t", Partition: int32(p)}] = coord.Part{ModRev: 10, State: coord.PartState{Leader: reps[0], Replicas: reps, ISR: []int32{0, 1, 2}}}
+	}
+	ups, _ := proposeMoves(v, []coord.BrokerInfo{{ID: 0}, {ID: 1}, {ID: 2}, {ID: 3}})
+	first := 0
+	for _, u := range ups {
+		if u.State.Replicas[0] == 3 {
+			first++
+		}
+	}
+	if first == 0 {
+		t.Fatalf("no move makes the new broker a partition's first replica: %+v", ups)
+	}
+}
+
+// TestNextStateLeaderBackEmpty: the only in-sync replica, leader of an
+// earlier run, back on another disk: no leader, and it leaves the ISR (it
+// holds none of the log), whatever the order of the rules.
+func TestNextStateLeaderBackEmpty(t *testing.T) {
+	v := &coord.View{Brokers: map[int32]coord.BrokerInfo{1: {ID: 1, RegRev: 50, DirID: "new"}}, Dirs: map[int32]string{1: "old"}}
+	alive := func(id int32) bool { b, ok := v.Brokers[id]; return ok && v.Dirs[id] == b.DirID }
+	replaced := func(id int32) bool { b, ok := v.Brokers[id]; return ok && v.Dirs[id] != b.DirID }
+	part := coord.Part{State: coord.PartState{Leader: 1, Epoch: 1, Replicas: []int32{1, 2, 3}, ISR: []int32{1}}, ModRev: 40}
+	st, ok := nextState(part, v, alive, replaced, false)
+	if !ok || st.Leader != -1 || len(st.ISR) != 0 {
+		t.Fatalf("leader back on an empty disk: %+v, %v; want no leader and an empty ISR", st, ok)
+	}
+}

@@ -367,7 +367,8 @@ func (cl *cluster) checkISR(p *partition) {
 		return
 	}
 	slices.Sort(isr)
-	st := coord.PartState{Leader: r.leader, Epoch: r.epoch, Replicas: r.replicas, ISR: isr}
+	st := r.state
+	st.ISR = isr
 	// A member joining counts from before etcd has it (Kafka's maximal
 	// ISR): between the write and the role below, the high watermark must
 	// not pass what it lacks, as the controller may elect it already.
@@ -402,7 +403,7 @@ func (cl *cluster) checkISR(p *partition) {
 	cl.applyMu.Lock()
 	if cur := roleOf(p); cur == r {
 		nr := *r
-		nr.isr, nr.modRev = isr, rev
+		nr.isr, nr.modRev, nr.state = isr, rev, st
 		p.repl.role.Store(&nr)
 	}
 	cl.applyMu.Unlock()

@@ -48,6 +48,21 @@ func (c tierCommitter) Committed(pk tiering.PartitionKey) (string, int64, error)
 		return "", 0, errors.New("cluster: no view of the cluster yet")
 	}
 	ptr, ok := v.Tier[partKeyOf(pk)]
+	return checkPointer(pk, ptr, ok)
+}
+
+func (c tierCommitter) Latest(ctx context.Context, pk tiering.PartitionKey) (string, int64, error) {
+	start := time.Now()
+	ptr, ok, err := c.cl.client().ManifestPointer(ctx, partKeyOf(pk))
+	c.cl.observeEtcd(start)
+	if err != nil {
+		return "", 0, err
+	}
+	return checkPointer(pk, ptr, ok)
+}
+
+// checkPointer returns a pointer's key and token if it is pk's topic's.
+func checkPointer(pk tiering.PartitionKey, ptr coord.TierPtr, ok bool) (string, int64, error) {
 	if !ok {
 		return "", 0, nil
 	}

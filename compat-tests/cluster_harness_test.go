@@ -26,6 +26,8 @@ import (
 
 // etcdProc is one etcd member this test started.
 type etcdProc struct {
+	bin    string
+	args   []string
 	cmd    *exec.Cmd
 	url    string
 	dir    string
@@ -36,54 +38,107 @@ type etcdProc struct {
 // startEtcd starts a one-member etcd for t (stopped when t ends).
 func startEtcd(t testing.TB) *etcdProc {
 	t.Helper()
+	return startEtcdMembers(t, 1)[0]
+}
+
+// startEtcdMembers starts an etcd cluster of n members for t (each stopped
+// when t ends, by its PID).
+func startEtcdMembers(t testing.TB, n int) []*etcdProc {
+	t.Helper()
 	bin := os.Getenv("ETCD_BIN")
 	if bin == "" {
 		skipUnlessRequired(t, "ETCD_BIN is not set: make tools builds etcd into ~/.cache/synapse-tools/bin/etcd")
 	}
-	ports := freePorts(t, 2)
-	dir := t.TempDir()
-	e := &etcdProc{url: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), dir: dir, exited: make(chan struct{})}
-	peer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	f, err := os.Create(filepath.Join(dir, "etcd.log"))
-	if err != nil {
-		t.Fatal(err)
+	ports := freePorts(t, 2*n)
+	var initial []string
+	for i := range n {
+		initial = append(initial, fmt.Sprintf("e%d=http://127.0.0.1:%d", i, ports[2*i+1]))
 	}
-	e.log = f
-	e.cmd = exec.Command(bin, "--name", "e0", "--data-dir", filepath.Join(dir, "data"),
-		"--listen-client-urls", e.url, "--advertise-client-urls", e.url,
-		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "e0="+peer, "--log-level", "warn",
-		"--auto-compaction-mode", "periodic", "--auto-compaction-retention", "5m")
-	e.cmd.Stdout, e.cmd.Stderr = f, f
+	members := make([]*etcdProc, n)
+	for i := range n {
+		dir := t.TempDir()
+		e := &etcdProc{url: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]), dir: dir, exited: make(chan struct{})}
+		peer := fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1])
+		f, err := os.Create(filepath.Join(dir, "etcd.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.log = f
+		e.args = []string{"--name", fmt.Sprintf("e%d", i), "--data-dir", filepath.Join(dir, "data"),
+			"--listen-client-urls", e.url, "--advertise-client-urls", e.url,
+			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+			"--initial-cluster", strings.Join(initial, ","), "--log-level", "warn",
+			"--auto-compaction-mode", "periodic", "--auto-compaction-retention", "5m"}
+		e.bin = bin
+		e.start(t)
+		t.Cleanup(func() {
+			e.stop()
+			if t.Failed() {
+				dumpLogFile(t, filepath.Join(dir, "etcd.log"))
+			}
+			f.Close()
+		})
+		members[i] = e
+	}
+	for _, e := range members {
+		e.waitHealthy(t)
+	}
+	return members
+}
+
+// start runs the member (again, on its data directory).
+func (e *etcdProc) start(t testing.TB) {
+	t.Helper()
+	e.exited = make(chan struct{})
+	e.cmd = exec.Command(e.bin, e.args...)
+	e.cmd.Stdout, e.cmd.Stderr = e.log, e.log
 	if err := e.cmd.Start(); err != nil {
 		t.Fatalf("start etcd: %v", err)
 	}
-	go func() { e.cmd.Wait(); close(e.exited) }()
-	t.Cleanup(func() {
-		e.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-e.exited:
-		case <-time.After(10 * time.Second):
-			e.cmd.Process.Kill()
-			<-e.exited
-		}
-		if t.Failed() {
-			dumpLogFile(t, filepath.Join(dir, "etcd.log"))
-		}
-		f.Close()
-	})
+	cmd, exited := e.cmd, e.exited
+	go func() { cmd.Wait(); close(exited) }()
+}
+
+// stop ends the member it started: SIGTERM, then SIGKILL after 10 s.
+func (e *etcdProc) stop() {
+	select {
+	case <-e.exited:
+		return
+	default:
+	}
+	e.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-e.exited:
+	case <-time.After(10 * time.Second):
+		e.cmd.Process.Kill()
+		<-e.exited
+	}
+}
+
+// kill9 kills the member (SIGKILL) and waits for it.
+func (e *etcdProc) kill9() {
+	e.cmd.Process.Kill()
+	<-e.exited
+}
+
+// waitHealthy waits until the member answers /health with 200 (a member
+// of a cluster only once it has a leader).
+func (e *etcdProc) waitHealthy(t testing.TB) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
+	var err error
 	for {
-		resp, err := http.Get(e.url + "/health")
+		var resp *http.Response
+		resp, err = http.Get(e.url + "/health")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return e
+				return
 			}
 		}
 		select {
 		case <-e.exited:
-			dumpLogFile(t, filepath.Join(dir, "etcd.log"))
+			dumpLogFile(t, filepath.Join(e.dir, "etcd.log"))
 			t.Fatal("etcd exited while starting")
 		default:
 		}
@@ -96,9 +151,10 @@ func startEtcd(t testing.TB) *etcdProc {
 
 // synCluster is N brokers of one cluster.
 type synCluster struct {
-	name    string
-	etcd    *etcdProc
-	brokers []*synapseBroker // by node id
+	name        string
+	etcd        *etcdProc // the first member
+	etcdMembers []*etcdProc
+	brokers     []*synapseBroker // by node id
 	// With startSynClusterProxied: each broker reaches etcd through its
 	// own proxy, and its peers reach it through another.
 	etcdProxy, peerProxy []*faultProxy
@@ -107,7 +163,13 @@ type synCluster struct {
 // startSynCluster starts n brokers (node ids 0..n-1) over a new etcd.
 func startSynCluster(t testing.TB, n int, extra ...string) *synCluster {
 	t.Helper()
-	return startCluster(t, n, false, extra...)
+	return startCluster(t, n, false, nil, extra...)
+}
+
+// startSynClusterOn is startSynCluster over the etcd members given.
+func startSynClusterOn(t testing.TB, members []*etcdProc, n int, extra ...string) *synCluster {
+	t.Helper()
+	return startCluster(t, n, false, members, extra...)
 }
 
 // startSynClusterProxied is startSynCluster with fault proxies in front of
@@ -115,10 +177,10 @@ func startSynCluster(t testing.TB, n int, extra ...string) *synCluster {
 // peerProxy).
 func startSynClusterProxied(t testing.TB, n int, extra ...string) *synCluster {
 	t.Helper()
-	return startCluster(t, n, true, extra...)
+	return startCluster(t, n, true, nil, extra...)
 }
 
-func startCluster(t testing.TB, n int, proxied bool, extra ...string) *synCluster {
+func startCluster(t testing.TB, n int, proxied bool, members []*etcdProc, extra ...string) *synCluster {
 	t.Helper()
 	bin := os.Getenv("SYNAPSE_BIN")
 	if bin == "" {
@@ -128,7 +190,14 @@ func startCluster(t testing.TB, n int, proxied bool, extra ...string) *synCluste
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &synCluster{name: "c" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36), etcd: startEtcd(t)}
+	if members == nil {
+		members = []*etcdProc{startEtcd(t)}
+	}
+	var urls []string
+	for _, m := range members {
+		urls = append(urls, m.url)
+	}
+	c := &synCluster{name: "c" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36), etcd: members[0], etcdMembers: members}
 	var wg sync.WaitGroup
 	c.brokers = make([]*synapseBroker, n)
 	c.etcdProxy, c.peerProxy = make([]*faultProxy, n), make([]*faultProxy, n)
@@ -137,7 +206,7 @@ func startCluster(t testing.TB, n int, proxied bool, extra ...string) *synCluste
 		go func() {
 			defer wg.Done()
 			c.brokers[i] = startSynapseWith(t, abs, func(b *synapseBroker) {
-				etcdURL := c.etcd.url
+				etcdURL := strings.Join(urls, ",")
 				var peer []string
 				if proxied {
 					c.etcdProxy[i] = newFaultProxy(t, strings.TrimPrefix(c.etcd.url, "http://"))
@@ -153,6 +222,24 @@ func startCluster(t testing.TB, n int, proxied bool, extra ...string) *synCluste
 	wg.Wait()
 	c.waitBrokers(t, n)
 	return c
+}
+
+// addBroker starts one more broker (the next node id) with the first
+// broker's cluster arguments.
+func (c *synCluster) addBroker(t testing.TB) *synapseBroker {
+	t.Helper()
+	id := len(c.brokers)
+	args := slices.Clone(c.brokers[0].extraArgs)
+	for i, a := range args {
+		if a == "--node-id" {
+			args[i+1] = strconv.Itoa(id)
+		}
+	}
+	bin := c.brokers[0].bin
+	b := startSynapseWith(t, bin, func(b *synapseBroker) { b.extraArgs = args })
+	c.brokers = append(c.brokers, b)
+	c.waitBrokers(t, len(c.brokers))
+	return b
 }
 
 // seeds are every broker's address.
@@ -208,7 +295,7 @@ func (c *synCluster) waitBrokers(t testing.TB, n int) {
 // partitionState is one partition's leader, epoch and ISR from Metadata.
 type partitionState struct {
 	leader, epoch int32
-	isr           []int32
+	isr, replicas []int32
 }
 
 // states reads topic's partitions from Metadata, asking again for up to
@@ -240,7 +327,7 @@ func (c *synCluster) statesOnce(t testing.TB, adm *kadm.Client, topic string) (m
 	}
 	out := map[int32]partitionState{}
 	for p, pd := range td.Partitions {
-		out[p] = partitionState{leader: pd.Leader, epoch: pd.LeaderEpoch, isr: pd.ISR}
+		out[p] = partitionState{leader: pd.Leader, epoch: pd.LeaderEpoch, isr: pd.ISR, replicas: pd.Replicas}
 	}
 	return out, nil
 }
@@ -266,7 +353,7 @@ func (c *synCluster) statesFrom(t testing.TB, addr, topic string) (map[int32]par
 	out := map[int32]partitionState{}
 	for _, mt := range resp.(*kmsg.MetadataResponse).Topics {
 		for _, mp := range mt.Partitions {
-			out[mp.Partition] = partitionState{leader: mp.Leader, epoch: mp.LeaderEpoch, isr: mp.ISR}
+			out[mp.Partition] = partitionState{leader: mp.Leader, epoch: mp.LeaderEpoch, isr: mp.ISR, replicas: mp.Replicas}
 		}
 	}
 	return out, nil

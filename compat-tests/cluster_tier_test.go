@@ -62,6 +62,7 @@ func startS3(t testing.TB) *s3Server {
 	}
 	go func() { s.cmd.Wait(); close(s.exited) }()
 	t.Cleanup(func() {
+		s.cmd.Process.Signal(syscall.SIGCONT)
 		s.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-s.exited:
@@ -133,6 +134,7 @@ func dirBytes(dir string) int64 {
 //     again, it starts each partition over where the bucket's log ends and
 //     copies only the tail from the leaders, then rejoins every ISR;
 //   - another leader is paused past its lease (the zombie) and resumed;
+//   - the bucket stops answering for 6 s: produce goes on, uploads resume;
 //
 // and every acknowledged record is read back at its offset, most of them
 // from the bucket through leaders that did not upload them.
@@ -214,6 +216,33 @@ func TestClusterTiered(t *testing.T) {
 	time.Sleep(7 * time.Second)
 	c.brokers[zombie].signal(t, syscall.SIGCONT)
 	c.waitISR(t, topic, 3, 60*time.Second)
+
+	// The bucket stops answering (SIGSTOP) for 6 s: produce goes on (an
+	// acknowledgement never waits for the bucket); once it is back, uploads
+	// resume.
+	seen := manifests()
+	if err := s3.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	hung := time.Now()
+	time.Sleep(6 * time.Second)
+	if err := s3.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for p := range partitions {
+		if _, ok := times.firstAfter(p, hung.Add(3*time.Second)); !ok {
+			t.Errorf("partition %d: nothing acknowledged from 3 s into the bucket's stop", p)
+		}
+	}
+	resumed := false
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && !resumed; time.Sleep(200 * time.Millisecond) {
+		for k := range manifests() {
+			resumed = resumed || !seen[k]
+		}
+	}
+	if !resumed {
+		t.Error("no manifest committed within 60 s of the bucket's return")
+	}
 	time.Sleep(2 * time.Second)
 	close(stop)
 	wg.Wait()
@@ -254,7 +283,7 @@ func (s *s3Server) manifestEnds(t testing.TB, prefix string) map[string]int64 {
 	for _, k := range s.objects(t, prefix) {
 		dir, name := filepath.Split(k)
 		var e, q int64
-		if _, err := fmt.Sscanf(name, "manifest-e%d-%d.json", &e, &q); err != nil {
+		if _, err := fmt.Sscanf(name, "manifest-e%d-%d-", &e, &q); err != nil {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(s.root, s3Bucket, prefix, k))

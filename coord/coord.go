@@ -113,6 +113,11 @@ type PartState struct {
 	Epoch    int32   `json:"leader_epoch"`
 	Replicas []int32 `json:"replicas"`
 	ISR      []int32 `json:"isr"`
+	// A reassignment under way (Kafka's adding and removing replicas):
+	// Replicas is the target followed by Removing; once every Adding
+	// member is in the ISR, the controller drops Removing.
+	Adding   []int32 `json:"adding,omitempty"`
+	Removing []int32 `json:"removing,omitempty"`
 }
 
 // PartKey names a partition.
@@ -738,4 +743,21 @@ func (c *Client) RaiseProducerIDs(ctx context.Context, floor int64) error {
 			return err
 		}
 	}
+}
+
+// ManifestPointer reads partition k's manifest pointer from etcd
+// (linearizable; ok false: none).
+func (c *Client) ManifestPointer(ctx context.Context, k PartKey) (ptr TierPtr, ok bool, err error) {
+	resp, err := c.cli.Get(ctx, c.tierKey(k))
+	if err != nil {
+		return TierPtr{}, false, c.wrapErr("read a manifest pointer", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return TierPtr{}, false, nil
+	}
+	if err := json.Unmarshal(resp.Kvs[0].Value, &ptr); err != nil {
+		return TierPtr{}, false, fmt.Errorf("coord: manifest pointer of %s-%d: %w", k.Topic, k.Partition, err)
+	}
+	ptr.ModRev = resp.Kvs[0].ModRevision
+	return ptr, true, nil
 }

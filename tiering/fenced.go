@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,7 +22,7 @@ import (
 // that has not noticed yet (paused, cut off) may still be uploading, so:
 //
 //   - every object it writes carries its leader epoch in its key (segments
-//     <base>-<gen>-e<epoch>.log, manifests manifest-e<epoch>-<seq>.json):
+//     <base>-<gen>-e<epoch>.log, manifests manifest-e<epoch>-<seq>-<random>.json):
 //     it never overwrites a successor's objects;
 //   - the commit point is not an object in the bucket (S3 has no
 //     compare-and-swap) but a pointer the Committer keeps (etcd): a commit
@@ -43,8 +44,12 @@ var ErrFenced = errors.New("tiering: not the partition's leader at this epoch (f
 // Committer keeps each partition's commit point outside the bucket.
 type Committer interface {
 	// Committed returns the key of the partition's committed manifest ("":
-	// none yet) and a token for the next commit.
+	// none yet) and a token for the next commit, as this broker last saw
+	// them (its view may be behind: a commit on it fails, and loads again).
 	Committed(pk PartitionKey) (key string, token int64, err error)
+	// Latest is Committed read from the commit point itself
+	// (linearizable): the orphan sweep deletes only against it.
+	Latest(ctx context.Context, pk PartitionKey) (key string, token int64, err error)
 	// Epoch is the leader epoch this broker leads the partition at; an
 	// error wrapping ErrFenced if it does not lead it.
 	Epoch(pk PartitionKey) (int32, error)
@@ -67,13 +72,72 @@ func (t *Tier) SetCommitter(c Committer) { t.committer = c }
 // Fenced reports whether the Tier commits through a Committer.
 func (t *Tier) Fenced() bool { return t.committer != nil }
 
+// fencedManifestKey is a new manifest's key: its epoch and sequence, and
+// a random part, so that no two writes ever share a key (a commit whose
+// answer was lost may have landed; the retry, built on the manifest before
+// it, must not overwrite it).
 func (k PartitionKey) fencedManifestKey(epoch int32, seq int64) string {
-	return fmt.Sprintf("%s/manifest-e%d-%d.json", k.dir(), epoch, seq)
+	return fmt.Sprintf("%s/manifest-e%d-%d-%08x.json", k.dir(), epoch, seq, rand.Uint32())
+}
+
+// manifestKeySeq parses a fenced manifest key's epoch and sequence.
+func manifestKeySeq(key string) (epoch int32, seq int64, ok bool) {
+	name := key[strings.LastIndexByte(key, '/')+1:]
+	rest, isManifest := strings.CutPrefix(name, "manifest-e")
+	if !isManifest {
+		return 0, 0, false
+	}
+	parts := strings.Split(strings.TrimSuffix(rest, ".json"), "-")
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	e, err1 := strconv.ParseInt(parts[0], 10, 32)
+	s, err2 := strconv.ParseInt(parts[1], 10, 64)
+	return int32(e), s, err1 == nil && err2 == nil && e >= 0 && s >= 0
+}
+
+// sweepable reports whether the leader at epoch own, whose committed
+// manifest is m, may delete unnamed object k: never one of a later epoch
+// (a successor's upload not committed yet, if this broker no longer leads
+// without knowing it), nor a manifest newer than m, nor an unfenced key.
+func sweepable(k string, own int32, m *Manifest) bool {
+	e, ok := keyEpoch(k)
+	if !ok || e > own {
+		return false
+	}
+	if me, seq, isManifest := manifestKeySeq(k); isManifest && (me > m.Epoch || me == m.Epoch && seq > m.Seq) {
+		return false
+	}
+	return true
+}
+
+// cleanOrphansFenced is CleanOrphans with a Committer: only the leader
+// sweeps, and only against the manifest the commit point names now (a
+// linearizable read): a cached manifest may be older than a commit this
+// broker did not see, or whose answer it lost.
+func (t *Tier) cleanOrphansFenced(ctx context.Context, pk PartitionKey) (int, error) {
+	own, err := t.committer.Epoch(pk)
+	if err != nil {
+		return 0, nil // not the leader: not its sweep
+	}
+	key, token, err := t.committer.Latest(ctx, pk)
+	if err != nil {
+		return 0, err
+	}
+	m, err := t.Manifest(ctx, pk)
+	if err != nil {
+		return 0, err
+	}
+	if ckey, ctoken, ok := t.Committed(pk); !ok || ckey != key || ctoken != token {
+		t.Invalidate(pk) // behind the commit point: the next pass loads it, the next sweep sweeps
+		return 0, nil
+	}
+	return t.sweep(ctx, pk, m, key, own)
 }
 
 // keyEpoch parses the leader epoch out of a fenced object's key (the
 // last path element: <base>-<gen>-e<epoch>.<ext> or
-// manifest-e<epoch>-<seq>.json).
+// manifest-e<epoch>-<seq>-<random>.json).
 func keyEpoch(key string) (int32, bool) {
 	name := key[strings.LastIndexByte(key, '/')+1:]
 	var s string
@@ -201,7 +265,7 @@ func (t *Tier) releasable(m *Manifest, s log.SegmentInfo, lp *log.Partition) boo
 	if t.committer == nil || s.Next <= lp.LogStartOffset() {
 		return m.Releasable(s, lp.LogStartOffset())
 	}
-	return len(m.Segments) > 0 && s.Base >= m.Segments[0].Base && s.Next <= m.Next() && !s.Cleaned
+	return len(m.Segments) > 0 && max(s.Base, lp.LogStartOffset()) >= m.Segments[0].Base && s.Next <= m.Next() && !s.Cleaned
 }
 
 // uploadSuffix uploads the batches of local segment seg from offset from
@@ -280,12 +344,8 @@ func (t *Tier) LatestManifest(ctx context.Context, pk PartitionKey) (key string,
 			continue
 		}
 		maxEpoch = max(maxEpoch, e)
-		name := k[strings.LastIndexByte(k, '/')+1:]
-		if rest, isManifest := strings.CutPrefix(name, "manifest-e"); isManifest {
-			_, s, _ := strings.Cut(strings.TrimSuffix(rest, ".json"), "-")
-			if seq, err := strconv.ParseInt(s, 10, 64); err == nil {
-				cands = append(cands, cand{k, e, seq})
-			}
+		if me, seq, isManifest := manifestKeySeq(k); isManifest {
+			cands = append(cands, cand{k, me, seq})
 		}
 	}
 	slices.SortFunc(cands, func(a, b cand) int {

@@ -39,6 +39,10 @@ func (c *fakeCommitter) Committed(PartitionKey) (string, int64, error) {
 	return c.p.key, c.p.token, nil
 }
 
+func (c *fakeCommitter) Latest(_ context.Context, pk PartitionKey) (string, int64, error) {
+	return c.Committed(pk)
+}
+
 func (c *fakeCommitter) Epoch(PartitionKey) (int32, error) {
 	if c.believe < 0 {
 		return 0, ErrFenced
@@ -241,6 +245,7 @@ func TestKeyEpoch(t *testing.T) {
 		"t-00/0/00000000000000000012-0-e7.log":       7,
 		"t-00/0/00000000000000000012-3-e0.index":     0,
 		"t-00/0/manifest-e12-4.json":                 12,
+		"t-00/0/manifest-e3-4-0badcafe.json":         3,
 		"t-00/0/00000000000000000012.log":            -1,
 		"t-00/0/manifest.json":                       -1,
 		"t-00/0/00000000000000000012-0-ex.log":       -1,
@@ -251,6 +256,68 @@ func TestKeyEpoch(t *testing.T) {
 		e, ok := keyEpoch(key)
 		if (want < 0) == ok || ok && e != want {
 			t.Errorf("keyEpoch(%q) = %d, %v; want %d", key, e, ok, want)
+		}
+	}
+}
+
+// TestFencedSweepStaleCache: a broker that becomes leader with an older
+// manifest cached (it missed its predecessor's last commit) sweeps
+// nothing the commit point names; the next sweep, with the manifest
+// loaded again, keeps it too.
+func TestFencedSweepStaleCache(t *testing.T) {
+	ctx := context.Background()
+	store := NewMemStore()
+	ptr := &fakePointer{leader: 2, epoch: 5}
+	ca, cb := &fakeCommitter{p: ptr, id: 1, believe: -1}, &fakeCommitter{p: ptr, id: 2, believe: 5}
+	ta, tb := New(store, zaptest.NewLogger(t), 1<<20), New(store, zaptest.NewLogger(t), 1<<20)
+	ta.SetCommitter(ca)
+	tb.SetCommitter(cb)
+	pk := PartitionKey{Topic: "t", Partition: 0}
+	lb := openReplica(t, 4000)
+	for i := 0; i < 25; i++ {
+		res, err := lb.Append(batch(300, time.Now().UnixMilli(), byte(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lb.WaitDurable(res.LastOffset + 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tb.UploadBelow(ctx, pk, lb, lb.HighWatermark()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ta.Manifest(ctx, pk); err != nil { // A caches B's first manifest
+		t.Fatal(err)
+	}
+	for i := 0; i < 25; i++ {
+		res, err := lb.Append(batch(300, time.Now().UnixMilli(), byte(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lb.WaitDurable(res.LastOffset + 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := tb.UploadBelow(ctx, pk, lb, lb.HighWatermark()); err != nil || n == 0 {
+		t.Fatalf("B's second upload: %d, %v", n, err)
+	}
+	mb, _ := tb.Manifest(ctx, pk)
+	// A leads at epoch 6 with B's first manifest still cached.
+	ptr.mu.Lock()
+	ptr.leader, ptr.epoch = 1, 6
+	ptr.mu.Unlock()
+	ca.believe, cb.believe = 6, -1
+	for range 2 {
+		if _, err := ta.CleanOrphans(ctx, pk); err != nil {
+			t.Fatal(err)
+		}
+		for i := range mb.Segments {
+			if _, err := store.GetRange(ctx, pk.objectKey(&mb.Segments[i], ".log"), 0, 1); err != nil {
+				t.Fatalf("segment %d of the committed manifest after the new leader's sweep: %v", mb.Segments[i].Base, err)
+			}
+		}
+		if _, err := store.GetRange(ctx, ptr.key, 0, 1); err != nil {
+			t.Fatalf("the committed manifest after the new leader's sweep: %v", err)
 		}
 	}
 }

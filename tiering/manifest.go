@@ -27,7 +27,7 @@ type Manifest struct {
 	Gen int64 `json:"gen,omitempty"`
 	// Epoch and Seq name a fenced manifest (cluster mode, fenced.go): the
 	// leader epoch that committed it and its commit count, in its key
-	// (manifest-e<epoch>-<seq>.json), so no commit overwrites another.
+	// (manifest-e<epoch>-<seq>-<random>.json), so no commit overwrites another.
 	Epoch int32 `json:"epoch,omitempty"`
 	Seq   int64 `json:"seq,omitempty"`
 }

@@ -312,7 +312,7 @@ func (t *Tier) UploadBelow(ctx context.Context, pk PartitionKey, lp *log.Partiti
 		if seg.Next > limit {
 			break // not committed yet
 		}
-		if t.committer != nil && len(m.Segments) > 0 && seg.Base < m.Next() && seg.Base >= lp.LogStartOffset() {
+		if t.committer != nil && len(m.Segments) > 0 && seg.Base < m.Next() {
 			// A replica's segments end where its own rolls fell: the
 			// previous leader's last upload may end inside this one. Its
 			// batches from there on go up as a segment of their own.
@@ -639,28 +639,26 @@ func (t *Tier) AbortUploads(ctx context.Context) (int, error) {
 // it. Call it when no Upload of pk runs (the broker does at start-up). It
 // returns the number of objects deleted.
 func (t *Tier) CleanOrphans(ctx context.Context, pk PartitionKey) (int, error) {
+	if t.committer != nil {
+		return t.cleanOrphansFenced(ctx, pk)
+	}
 	m, err := t.Manifest(ctx, pk)
 	if err != nil {
 		return 0, err
 	}
+	return t.sweep(ctx, pk, m, "", 0)
+}
+
+// sweep deletes pk's objects m does not name (nor the committed manifest
+// key ckey); with fenced tiering, only objects of epoch own or before,
+// and no manifest newer than m.
+func (t *Tier) sweep(ctx context.Context, pk PartitionKey, m *Manifest, ckey string, own int32) (int, error) {
 	keys, err := t.store.List(ctx, pk.dir()+"/")
 	if err != nil {
 		t.errs.Add(1)
 		return 0, err
 	}
-	named := map[string]bool{pk.manifestKey(): true}
-	var own int32
-	if t.committer != nil {
-		// Only the leader sweeps, and never an object of a later epoch
-		// (a successor's upload not committed yet, if this broker no
-		// longer leads without knowing it).
-		if own, err = t.committer.Epoch(pk); err != nil {
-			return 0, nil
-		}
-		t.mu.Lock()
-		named[t.ptrs[pk].key] = true
-		t.mu.Unlock()
-	}
+	named := map[string]bool{pk.manifestKey(): true, ckey: true}
 	for _, s := range m.Segments {
 		for _, ext := range []string{".log", ".index", ".timeindex", txnIndexExt} {
 			named[pk.objectKey(&s, ext)] = true
@@ -671,7 +669,7 @@ func (t *Tier) CleanOrphans(ctx context.Context, pk PartitionKey) (int, error) {
 		if named[k] {
 			continue
 		}
-		if e, ok := keyEpoch(k); t.committer != nil && (!ok || e > own) {
+		if t.committer != nil && !sweepable(k, own, m) {
 			continue
 		}
 		if err := t.store.Delete(ctx, k); err != nil {

@@ -26,6 +26,7 @@ type clusterOptions struct {
 	peerAddr      string
 	sessionTTL    time.Duration
 	replicaLagMax time.Duration
+	rebalance     bool
 }
 
 func (o *clusterOptions) AddFlags(fs *pflag.FlagSet) {
@@ -38,6 +39,7 @@ func (o *clusterOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.peerAddr, "peer-advertised-addr", "", "cluster mode: host:port other brokers fetch from (default: the advertised address of the first listener)")
 	fs.DurationVar(&o.sessionTTL, "session-ttl", 3*time.Second, "cluster mode: a broker silent to etcd this long loses its leaderships (at least 2s)")
 	fs.DurationVar(&o.replicaLagMax, "replica-lag-time-max", 10*time.Second, "cluster mode: a follower behind the leader this long leaves the ISR (Kafka's replica.lag.time.max.ms)")
+	fs.BoolVar(&o.rebalance, "replica-rebalance", true, "cluster mode: the controller moves replicas, a few at a time, while the live brokers' replica counts differ by more than one (a broker added gets its share); false: only AlterPartitionReassignments moves them")
 }
 
 func (o *clusterOptions) validate() error {
@@ -83,5 +85,5 @@ func (o *clusterOptions) start(dataDir, advertised string, logger *zap.Logger) (
 		logger.Info("embedded etcd", zap.String("client_url", e.Endpoint()))
 	}
 	return &broker.ClusterConfig{Name: o.name, Etcd: endpoints, NodeID: o.nodeID, Rack: o.rack, Advertise: advertised, PeerAdvertise: o.peerAddr,
-		SessionTTL: o.sessionTTL, ReplicaLagMax: o.replicaLagMax}, stop, nil
+		SessionTTL: o.sessionTTL, ReplicaLagMax: o.replicaLagMax, NoReplicaRebalance: !o.rebalance}, stop, nil
 }

@@ -1,0 +1,75 @@
+package compattests
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+)
+
+// TestClusterAddBroker: a fourth broker joins three that hold every
+// replica of a topic under load. The controller moves replicas to it
+// (reassignments: the new replica catches up, joins the ISR, an old one
+// leaves), it leads the partitions it became the first replica of, and
+// every acknowledged record is read back.
+func TestClusterAddBroker(t *testing.T) {
+	c, topic, partitions, acks, _, stop := clusterLoad(t)
+	time.Sleep(2 * time.Second)
+	c.addBroker(t)
+	id := int32(len(c.brokers) - 1)
+	adm := c.admin(t)
+	var replicas, leads int
+	deadline := time.Now().Add(90 * time.Second)
+	for ; time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		st, err := c.states(t, adm, topic)
+		if err != nil {
+			continue
+		}
+		replicas, leads = 0, 0
+		whole := true
+		for _, s := range st {
+			if slices.Contains(s.replicas, id) {
+				replicas++
+			}
+			if s.leader == id {
+				leads++
+			}
+			whole = whole && len(s.isr) == 3 && len(s.replicas) == 3
+		}
+		// 18 replicas over 4 brokers: 4 or 5 each.
+		if whole && replicas >= 4 && leads >= 1 {
+			break
+		}
+	}
+	if replicas < 4 || leads < 1 {
+		t.Fatalf("broker %d, added, holds %d replicas and leads %d partitions after 90 s", id, replicas, leads)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lr, err := adm.ListPartitionReassignments(ctx, kadm.TopicsSet{topic: {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("broker %d added: %d replicas, leads %d; reassignments listed at the end: %d", id, replicas, leads, len(lr))
+	stop()
+	t.Logf("%d acks, %d failed", acks.count(), acks.fails.Load())
+	verifyAcked(t, c.seeds(), topic, partitions, acks)
+
+	// An operator's move (kafka-reassign-partitions): partition 0 onto
+	// brokers 3, 2, 1.
+	target := []int32{3, 2, 1}
+	if _, err := adm.AlterPartitionAssignments(ctx, kadm.AlterPartitionAssignmentsReq{topic: {0: target}}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		st, err := c.states(t, adm, topic)
+		if err == nil && slices.Equal(st[0].replicas, target) && len(st[0].isr) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partition 0 not on %v 60 s after AlterPartitionReassignments: %+v", target, st[0])
+		}
+	}
+}
