@@ -89,14 +89,7 @@ func (cl *cluster) controlOnce(ctx context.Context, co *coord.Client, lead *coor
 	// or replaced disk) leaves every ISR and is elected nowhere, until the
 	// controller records its new directory below (it then rejoins ISRs by
 	// catching up, as any follower).
-	alive := func(id int32) bool {
-		b, ok := v.Brokers[id]
-		if !ok {
-			return false
-		}
-		d, known := v.Dirs[id]
-		return !known || b.DirID == "" || d == b.DirID
-	}
+	alive := func(id int32) bool { return replicaAlive(v, id) }
 	replaced := func(id int32) bool {
 		b, ok := v.Brokers[id]
 		d, known := v.Dirs[id]
@@ -173,6 +166,17 @@ func (cl *cluster) controlOnce(ctx context.Context, co *coord.Client, lead *coor
 			zap.Int32("leader", u.State.Leader), zap.Int32("leader_epoch", u.State.Epoch), zap.Int32s("isr", u.State.ISR))
 	}
 	cl.logger.Debug("controller wrote", zap.Int("partitions", len(ups)), zap.Duration("took", time.Since(start)))
+}
+
+// replicaAlive reports whether broker id is registered with the data
+// directory the cluster knows it by (the replica the ISR counted).
+func replicaAlive(v *coord.View, id int32) bool {
+	b, ok := v.Brokers[id]
+	if !ok {
+		return false
+	}
+	d, known := v.Dirs[id]
+	return !known || b.DirID == "" || d == b.DirID
 }
 
 // nextState is the state the controller writes for part, if any.

@@ -338,3 +338,79 @@ func (cl *cluster) listReassignments(req *kmsg.ListPartitionReassignmentsRequest
 		resp.Topics[i].Partitions = append(resp.Topics[i].Partitions, rp)
 	}
 }
+
+// electLeaders is ElectLeaders in a cluster (43_elect_leaders.go).
+func (cl *cluster) electLeaders(req *kmsg.ElectLeadersRequest, resp *kmsg.ElectLeadersResponse) {
+	ctx, cancel := context.WithTimeout(cl.ctx, time.Duration(max(req.TimeoutMillis, 1000))*time.Millisecond)
+	defer cancel()
+	unclean := req.Version >= 1 && req.ElectionType == 1
+	topics := req.Topics
+	if topics == nil {
+		v := cl.currentView()
+		byTopic := map[string]int{}
+		for k, p := range v.Parts {
+			if _, ok := v.Topics[k.Topic]; !ok || len(p.State.Replicas) == 0 || p.State.Leader == p.State.Replicas[0] {
+				continue
+			}
+			i, ok := byTopic[k.Topic]
+			if !ok {
+				rt := kmsg.NewElectLeadersRequestTopic()
+				rt.Topic = k.Topic
+				topics = append(topics, rt)
+				i = len(topics) - 1
+				byTopic[k.Topic] = i
+			}
+			topics[i].Partitions = append(topics[i].Partitions, k.Partition)
+		}
+	}
+	for _, rt := range topics {
+		st := kmsg.NewElectLeadersResponseTopic()
+		st.Topic = rt.Topic
+		for _, p := range rt.Partitions {
+			sp := kmsg.NewElectLeadersResponseTopicPartition()
+			sp.Partition = p
+			sp.ErrorCode = cl.electLeader(ctx, coord.PartKey{Topic: rt.Topic, Partition: p}, unclean)
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+}
+
+func (cl *cluster) electLeader(ctx context.Context, k coord.PartKey, unclean bool) int16 {
+	for {
+		v := cl.currentView()
+		part, ok := v.Parts[k]
+		if _, known := v.Topics[k.Topic]; !known || !ok || len(part.State.Replicas) == 0 {
+			return kerr.UnknownTopicOrPartition.Code
+		}
+		st := part.State
+		if unclean {
+			if st.Leader >= 0 {
+				return kerr.ElectionNotNeeded.Code
+			}
+			return kerr.EligibleLeadersNotAvailable.Code // never outside the ISR
+		}
+		pref := st.Replicas[0]
+		switch {
+		case st.Leader == pref:
+			return kerr.ElectionNotNeeded.Code
+		case !replicaAlive(v, pref) || !slices.Contains(st.ISR, pref):
+			return kerr.PreferredLeaderNotAvailable.Code
+		}
+		start := time.Now()
+		_, err := cl.client().SetPart(ctx, k, with(st, pref, st.Epoch+1, st.ISR), part.ModRev)
+		cl.observeEtcd(start)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, coord.ErrConflict):
+			select {
+			case <-cl.viewChanged():
+			case <-ctx.Done():
+				return kerr.RequestTimedOut.Code
+			}
+		default:
+			return kerr.RequestTimedOut.Code
+		}
+	}
+}

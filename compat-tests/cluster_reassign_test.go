@@ -2,11 +2,13 @@ package compattests
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // TestClusterAddBroker: a fourth broker joins three that hold every
@@ -71,5 +73,26 @@ func TestClusterAddBroker(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("partition 0 not on %v 60 s after AlterPartitionReassignments: %+v", target, st[0])
 		}
+	}
+	// ElectLeaders: the first replica (3) leads partition 0 at once, or
+	// already does (the controller's own pass).
+	res, err := adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{topic: {0: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res[topic][0]; r.Err != nil && !errors.Is(r.Err, kerr.ElectionNotNeeded) {
+		t.Fatalf("ElectLeaders: %v", r.Err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		st, err := c.states(t, adm, topic)
+		if err == nil && st[0].leader == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partition 0 not led by its first replica 3 after ElectLeaders: %+v", st[0])
+		}
+	}
+	if res, err := adm.ElectLeaders(ctx, kadm.ElectLiveReplica, kadm.TopicsSet{topic: {0: {}}}); err != nil || !errors.Is(res[topic][0].Err, kerr.ElectionNotNeeded) {
+		t.Fatalf("an unclean election of a led partition: %v, %v; want ELECTION_NOT_NEEDED", res, err)
 	}
 }

@@ -718,3 +718,98 @@ func TestRestoreTopic(t *testing.T) {
 		t.Fatalf("a raise below the counter moved it: %d, %v", n, err)
 	}
 }
+
+// TestKeyspaceAt10kPartitions sizes the keyspace of a cluster with 10 000
+// partitions of 3 replicas (100 topics of 100), each with a committed
+// manifest pointer moved 3 times (3 sealed segments), in a fresh etcd.
+// The bound: etcd's database under 100 MiB at 10 000 partitions.
+func TestKeyspaceAt10kPartitions(t *testing.T) {
+	dir := t.TempDir()
+	ports, err := freePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := StartEmbedded(dir, fmt.Sprintf("http://127.0.0.1:%d", ports[0]), fmt.Sprintf("http://127.0.0.1:%d", ports[1]), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c, err := Dial(ctx, Config{Endpoints: []string{e.Endpoint()}, Cluster: "big", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.Campaign(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	const topics, parts = 100, 100
+	revs := map[PartKey]int64{}
+	for i := range topics {
+		name := fmt.Sprintf("topic-%03d", i)
+		if err := c.CreateTopic(ctx, TopicInfo{Name: name, ID: fmt.Sprintf("%032x", i), Partitions: parts, RF: 3,
+			Configs: map[string]string{"retention.ms": "604800000", "segment.bytes": "134217728"}}); err != nil {
+			t.Fatal(err)
+		}
+		ups := make([]PartUpdate, parts)
+		for p := range int32(parts) {
+			r := []int32{p % 3, (p + 1) % 3, (p + 2) % 3}
+			ups[p] = PartUpdate{Key: PartKey{name, p}, State: PartState{Leader: r[0], Epoch: 7, Replicas: r, ISR: r}}
+		}
+		if err := c.SetParts(ctx, ups, l.Fence()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := c.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, p := range v.Parts {
+		revs[k] = p.ModRev
+	}
+	// Three manifest commits per partition, in parallel as leaders do.
+	type job struct {
+		k   PartKey
+		rev int64
+	}
+	jobs := make(chan job)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				var tok int64
+				for s := range 3 {
+					key := fmt.Sprintf("%s-%s/%d/manifest-e7-%d-0badcafe.json", j.k.Topic, strings.Repeat("0", 32), j.k.Partition, s+1)
+					var err error
+					if tok, err = c.CommitManifest(ctx, j.k, key, 7, j.rev, tok); err != nil {
+						failed.Add(1)
+						return
+					}
+				}
+			}
+		}()
+	}
+	for k, r := range revs {
+		jobs <- job{k, r}
+	}
+	close(jobs)
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.Fatalf("%d commits failed", failed.Load())
+	}
+	st, err := c.cli.Status(ctx, e.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("10 000 partitions, 30 000 manifest commits in %s: etcd database %.1f MiB (%.1f MiB in use), revision %d",
+		time.Since(start).Round(time.Millisecond), float64(st.DbSize)/(1<<20), float64(st.DbSizeInUse)/(1<<20), st.Header.Revision)
+	if st.DbSize >= 100<<20 {
+		t.Errorf("etcd database %d bytes at 10 000 partitions, over 100 MiB", st.DbSize)
+	}
+}
