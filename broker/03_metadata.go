@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"errors"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -185,7 +187,7 @@ func (s *Server) topicOrCreate(c *conn, name string, create bool, budget *int) (
 	}
 	if err == errTopicExists {
 		t = s.reg.get(name)
-	} else if err == errTopicDeleting {
+	} else if err == errTopicDeleting || errors.Is(err, errRestoring) {
 		return nil, kerr.LeaderNotAvailable.Code // retriable: created when asked again
 	} else if err != nil {
 		return nil, s.errorCode(err)

@@ -106,6 +106,8 @@ func (s *Server) handleCreateTopics(c *conn, req *kmsg.CreateTopicsRequest) (kms
 				fail(kerr.TopicAlreadyExists.Code, "topic '"+rt.Topic+"' already exists (internal)")
 			case errors.Is(err, errInternalTopic):
 				fail(kerr.InvalidRequest.Code, "'"+rt.Topic+"' is reserved for a Kafka internal topic")
+			case errors.Is(err, errRestoring):
+				fail(kerr.NotController.Code, err.Error()) // retriable
 			case errors.Is(err, errTopicDeleting):
 				fail(kerr.TopicAlreadyExists.Code, "topic '"+rt.Topic+"' is still being deleted: ask again")
 			case validTopicName(rt.Topic) != nil:

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"math"
 	"time"
 
@@ -77,6 +78,10 @@ func (s *Server) handleInitProducerID(c *conn, req *kmsg.InitProducerIDRequest) 
 		id, err = s.cl.nextProducerID(s.ctx) // unique across the cluster
 	} else {
 		id, err = s.meta.nextProducerID()
+	}
+	if errors.Is(err, errRestoring) {
+		resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code // retriable
+		return resp, nil
 	}
 	if err != nil {
 		resp.ErrorCode = kerr.KafkaStorageError.Code

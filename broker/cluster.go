@@ -486,7 +486,7 @@ func (cl *cluster) setRole(p *partition, part coord.Part, present bool) {
 		// elects again, at a new epoch).
 		r.isLeader = st.Leader == cl.id && slices.Contains(st.ISR, cl.id) && part.ModRev > cl.regRev
 	}
-	if old != nil && old.modRev == r.modRev && old.leader == r.leader && old.epoch == r.epoch && slices.Equal(old.replicas, r.replicas) {
+	if old != nil && old.modRev == r.modRev && old.leader == r.leader && old.epoch == r.epoch && slices.Equal(old.replicas, r.replicas) && old.isLeader == r.isLeader {
 		return
 	}
 	if !p.log.Replicated() {
@@ -500,7 +500,12 @@ func (cl *cluster) setRole(p *partition, part coord.Part, present bool) {
 		cl.unfollow(p)
 		if old == nil || !old.isLeader || old.epoch != r.epoch {
 			if err := cl.restoredStart(p, cl.currentView()); err != nil {
-				cl.logger.Error("restore", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
+				// Never lead a log that ends below the bucket's: the next
+				// view (or a new leader) tries again.
+				cl.logger.Error("restore: not leading", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
+				r.isLeader = false
+				p.repl.role.Store(r)
+				return
 			}
 			r.startOffset = p.log.LogEndOffset()
 			p.repl.mu.Lock()
@@ -603,6 +608,9 @@ func (cl *cluster) nextProducerID(ctx context.Context) (int64, error) {
 	cl.pidMu.Lock()
 	defer cl.pidMu.Unlock()
 	if cl.pidNext >= cl.pidEnd {
+		if !cl.restoreSettled() {
+			return -1, errRestoring // ids above the restored ones only
+		}
 		first, err := cl.client().AllocProducerIDs(ctx, producerIDBlock)
 		if err != nil {
 			return -1, err

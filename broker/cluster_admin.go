@@ -19,6 +19,18 @@ import (
 // makes them locally (cluster.go). A request is answered once this
 // broker's view has them (every partition with a leader, for a create).
 
+// errRestoring: with a bucket, no topic is created (nor producer id handed
+// out) before the controller decided whether to restore the cluster from
+// it (cluster_restore.go): a restore skips topics that exist.
+var errRestoring = errors.New("the cluster is deciding whether to restore from the tiered store: ask again")
+
+// restoreSettled reports whether topics may be created and producer ids
+// handed out.
+func (cl *cluster) restoreSettled() bool {
+	v := cl.currentView()
+	return cl.s.cfg.Tier == nil || v != nil && v.RestoreChecked
+}
+
 // errBadReplicationFactor: more replicas than live brokers.
 var errBadReplicationFactor = errors.New("replication factor above the number of live brokers")
 
@@ -39,6 +51,9 @@ func (cl *cluster) createTopic(ctx context.Context, name string, partitions, rf 
 	}
 	if compacted(configs) {
 		return nil, errCompactCluster
+	}
+	if !cl.restoreSettled() {
+		return nil, errRestoring
 	}
 	if rf == -1 {
 		rf = cl.defaultRF()

@@ -127,9 +127,26 @@ func TestReassignment(t *testing.T) {
 	if end.Leader != 4 || end.Epoch != 4 {
 		t.Fatalf("the removed leader's successor: %d at %d; want 4 at 4 (the first target replica in the ISR)", end.Leader, end.Epoch)
 	}
-	back := cancelReassignment(in)
-	if !slices.Equal(back.Replicas, []int32{2, 3, 1}) || !slices.Equal(back.ISR, []int32{1, 2, 3}) || reassigning(back) || back.Leader != 1 {
+	all := func(int32) bool { return true }
+	back, ok := cancelReassignment(in, all)
+	if !ok || !slices.Equal(back.Replicas, []int32{2, 3, 1}) || !slices.Equal(back.ISR, []int32{1, 2, 3}) || reassigning(back) || back.Leader != 1 {
 		t.Fatalf("cancel: %+v", back)
+	}
+	// Only the added replicas in sync: no cancel (they hold the log).
+	only := mv
+	only.Leader, only.ISR = 4, []int32{4}
+	if _, ok := cancelReassignment(only, all); ok {
+		t.Fatal("a cancel leaving no in-sync replica was made")
+	}
+	// A move replaced: an earlier added replica no longer wanted leaves
+	// the ISR with the others, never stays there as a non-replica.
+	again := startReassignment(in, []int32{5, 2, 3})
+	if !slices.Contains(again.Removing, 4) || !slices.Contains(again.Removing, 1) || !slices.Equal(again.Adding, []int32{5}) {
+		t.Fatalf("replaced move: %+v", again)
+	}
+	again.ISR = []int32{1, 2, 3, 4, 5}
+	if end, done := completeReassignment(again); !done || slices.Contains(end.ISR, 4) || !slices.Equal(end.Replicas, []int32{5, 2, 3}) {
+		t.Fatalf("replaced move's end: %+v, %v", end, done)
 	}
 	// A failover during the move keeps it.
 	if st2, ok := electFor(mv, func(id int32) bool { return id != 1 }, func(int32) bool { return false }); !ok || !reassigning(st2) || st2.Leader == 1 {

@@ -166,7 +166,7 @@ func (cl *cluster) groupCoordinator() (coord.BrokerInfo, bool) {
 // createOffsetsTopic creates __consumer_offsets in etcd (once: the CAS
 // makes a second create a no-op).
 func (cl *cluster) createOffsetsTopic() {
-	if !cl.offsetsCreating.CompareAndSwap(false, true) {
+	if !cl.restoreSettled() || !cl.offsetsCreating.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {

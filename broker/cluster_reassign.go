@@ -79,7 +79,7 @@ func startReassignment(st coord.PartState, target []int32) coord.PartState {
 			out.Adding = append(out.Adding, id)
 		}
 	}
-	for _, id := range base {
+	for _, id := range st.Replicas { // an earlier move's added replica no longer wanted goes too
 		if !slices.Contains(target, id) {
 			out.Removing = append(out.Removing, id)
 		}
@@ -92,23 +92,30 @@ func startReassignment(st coord.PartState, target []int32) coord.PartState {
 
 // cancelReassignment is st back at the replicas it had before its
 // reassignment.
-func cancelReassignment(st coord.PartState) coord.PartState {
+// ok is false if no in-sync replica would be left (the move is then
+// finished instead, or waited for).
+func cancelReassignment(st coord.PartState, alive func(int32) bool) (coord.PartState, bool) {
 	adding := func(id int32) bool { return slices.Contains(st.Adding, id) }
 	out := st
 	out.Replicas = slices.DeleteFunc(slices.Clone(st.Replicas), adding)
 	out.ISR = slices.DeleteFunc(slices.Clone(st.ISR), adding)
 	out.Adding, out.Removing = nil, nil
+	if len(out.ISR) == 0 {
+		return st, false
+	}
 	if adding(st.Leader) || !slices.Contains(out.ISR, st.Leader) {
+		// Only a live replica the ISR counts: else none, and the
+		// controller elects one when it is back.
 		out.Leader = -1
 		for _, id := range out.Replicas {
-			if slices.Contains(out.ISR, id) {
+			if slices.Contains(out.ISR, id) && alive(id) {
 				out.Leader = id
 				break
 			}
 		}
 		out.Epoch = st.Epoch + 1
 	}
-	return out
+	return out, true
 }
 
 // proposeMoves starts, when no reassignment is under way, up to maxMoves
@@ -147,8 +154,10 @@ func proposeMoves(v *coord.View, live []coord.BrokerInfo) (ups []coord.PartUpdat
 				counts[id]++
 			}
 		}
-		if _, ok := prefs[reps[0]]; len(reps) > 0 && ok {
-			prefs[reps[0]]++
+		if len(reps) > 0 {
+			if _, ok := prefs[reps[0]]; ok {
+				prefs[reps[0]]++
+			}
 		}
 	}
 	moved := map[coord.PartKey]bool{}
@@ -252,12 +261,25 @@ func (cl *cluster) alterReassignment(ctx context.Context, topic string, partitio
 		if _, known := v.Topics[topic]; !known || !ok {
 			return kerr.UnknownTopicOrPartition.Code, ""
 		}
+		if b, ok := v.Brokers[part.State.Leader]; ok && b.RegRev > part.ModRev {
+			// The leadership is an earlier run's: the controller gives it a
+			// new epoch first (a write of ours would hand the old one on).
+			select {
+			case <-cl.viewChanged():
+				continue
+			case <-ctx.Done():
+				return kerr.RequestTimedOut.Code, ""
+			}
+		}
 		var next coord.PartState
 		switch {
 		case replicas == nil && !reassigning(part.State):
 			return kerr.NoReassignmentInProgress.Code, ""
 		case replicas == nil:
-			next = cancelReassignment(part.State)
+			var ok bool
+			if next, ok = cancelReassignment(part.State, func(id int32) bool { return replicaAlive(v, id) }); !ok {
+				return kerr.InvalidReplicaAssignment.Code, "a cancel would leave no in-sync replica: the added replicas hold the log now"
+			}
 		default:
 			if len(replicas) == 0 {
 				return kerr.InvalidReplicaAssignment.Code, "no replicas"

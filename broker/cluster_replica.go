@@ -363,10 +363,18 @@ func (cl *cluster) checkISR(p *partition) {
 		}
 	}
 	p.repl.mu.Unlock()
+	slices.Sort(isr)
+	if !changed {
+		// What etcd has may differ from the ISR counted here: a joining
+		// member counted before a write that failed (not a conflict, so no
+		// new view came). Write it again.
+		held := slices.Clone(r.state.ISR)
+		slices.Sort(held)
+		changed = !slices.Equal(isr, held)
+	}
 	if !changed {
 		return
 	}
-	slices.Sort(isr)
 	st := r.state
 	st.ISR = isr
 	// A member joining counts from before etcd has it (Kafka's maximal

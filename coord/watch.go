@@ -31,6 +31,9 @@ type View struct {
 	// Tier: each partition's committed manifest in the bucket, from
 	// tier/<topic>/<partition> (CommitManifest).
 	Tier map[PartKey]TierPtr
+	// RestoreChecked: a controller has decided whether to restore this
+	// keyspace from the bucket (restore_checked, MarkRestoreChecked).
+	RestoreChecked bool
 }
 
 // Watch keeps fn informed of the cluster: it loads the whole prefix with one
@@ -225,6 +228,7 @@ const (
 	kindPart
 	kindDir
 	kindTier
+	kindRestoreChecked
 )
 
 type parsedKey struct {
@@ -242,6 +246,8 @@ func (st *watchState) parse(key []byte) parsedKey {
 	switch {
 	case rel == "cluster_id":
 		return parsedKey{kind: kindClusterID}
+	case rel == "restore_checked":
+		return parsedKey{kind: kindRestoreChecked}
 	case strings.HasPrefix(rel, "controller/"):
 		return parsedKey{kind: kindController}
 	}
@@ -293,6 +299,8 @@ func (st *watchState) put(kv *mvccpb.KeyValue) {
 	switch pk.kind {
 	case kindClusterID:
 		st.view.ClusterID = string(kv.Value)
+	case kindRestoreChecked:
+		st.view.RestoreChecked = true
 	case kindController:
 		st.candidates[string(kv.Key)] = candidate{createRev: kv.CreateRevision, value: string(kv.Value)}
 		st.ctrlDirty = true
@@ -357,6 +365,8 @@ func (st *watchState) del(kv *mvccpb.KeyValue) {
 		if _, ok := st.view.Tier[pk.part]; ok {
 			delete(st.tier(), pk.part)
 		}
+	case kindRestoreChecked:
+		st.view.RestoreChecked = false
 	}
 }
 
