@@ -199,6 +199,9 @@ func startCluster(t testing.TB, n int, proxied bool, members []*etcdProc, extra 
 	}
 	c := &synCluster{name: "c" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36), etcd: members[0], etcdMembers: members}
 	var wg sync.WaitGroup
+	// Every broker's two ports from one call, all bound at once: brokers
+	// starting side by side must not draw the same freed port.
+	ports := freePorts(t, 2*n)
 	c.brokers = make([]*synapseBroker, n)
 	c.etcdProxy, c.peerProxy = make([]*faultProxy, n), make([]*faultProxy, n)
 	for i := range n {
@@ -206,6 +209,7 @@ func startCluster(t testing.TB, n int, proxied bool, members []*etcdProc, extra 
 		go func() {
 			defer wg.Done()
 			c.brokers[i] = startSynapseWith(t, abs, func(b *synapseBroker) {
+				b.port, b.httpPort = ports[2*i], ports[2*i+1]
 				etcdURL := strings.Join(urls, ",")
 				var peer []string
 				if proxied {
