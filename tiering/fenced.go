@@ -192,15 +192,7 @@ func (t *Tier) loadFenced(ctx context.Context, pk PartitionKey) (*Manifest, erro
 			return nil, err
 		}
 	}
-	t.mu.Lock()
-	if cur := t.manifests[pk]; cur != nil {
-		m = cur
-	} else {
-		t.manifests[pk] = m
-		t.ptrs[pk] = committed{key, token}
-	}
-	t.mu.Unlock()
-	return m.clone(), nil
+	return t.cacheManifest(pk, m, &committed{key, token}), nil
 }
 
 // commitFenced writes m (encoded as b) under a key of its own and makes it

@@ -212,14 +212,23 @@ func (t *Tier) Manifest(ctx context.Context, pk PartitionKey) (*Manifest, error)
 			return nil, err
 		}
 	}
+	return t.cacheManifest(pk, m, nil), nil
+}
+
+// cacheManifest caches m as pk's manifest (with ptr, what it was loaded
+// as, for fenced tiering) unless one was cached meanwhile, and returns a
+// copy of the cached one.
+func (t *Tier) cacheManifest(pk PartitionKey, m *Manifest, ptr *committed) *Manifest {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	if cur := t.manifests[pk]; cur != nil {
-		m = cur
-	} else {
-		t.manifests[pk] = m
+		return cur.clone()
 	}
-	t.mu.Unlock()
-	return m.clone(), nil
+	t.manifests[pk] = m
+	if ptr != nil {
+		t.ptrs[pk] = *ptr
+	}
+	return m.clone()
 }
 
 func (t *Tier) commit(ctx context.Context, pk PartitionKey, m *Manifest) error {
