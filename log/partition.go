@@ -198,13 +198,17 @@ func (p *Partition) setHWLocked(m mark) {
 	if d := p.dur.Load(); d != nil && m.off <= d.off {
 		return
 	}
-	p.dur.Store(&m)
 	if p.rep.on.Load() {
+		p.dur.Store(&m)
 		p.publishLocked()
 		p.wake() // replica fetches wait on the durable end
 		return
 	}
+	// The high watermark first: a WaitDurable that sees the durable end
+	// returns, and its caller (a transaction's end, answered once its
+	// markers are durable) must find them below the high watermark too.
 	p.hw.Store(&m)
+	p.dur.Store(&m)
 	p.wake()
 }
 
