@@ -196,7 +196,7 @@ func (d *deferredProduce) finish() *kmsg.ProduceResponse {
 			err = w.p.log.WaitDurable(w.next)
 		}
 		if err == nil && w.txnEnd > 0 {
-			err = d.s.txns.WaitDurable(w.txnEnd)
+			err = d.s.txnCoord().WaitDurable(w.txnEnd)
 		}
 		if err != nil {
 			sp := &d.Topics[w.ti].Partitions[w.pi]
@@ -291,9 +291,9 @@ func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceRespons
 			return nil
 		}
 	}
-	if h.Transactional() {
+	if h.Transactional() && s.cl == nil {
 		var next int64
-		txnEnd, err := s.txns.Produce(*txnID, h.ProducerID, h.ProducerEpoch, txn.TP{Topic: p.topic.name, Partition: p.index}, func() error {
+		txnEnd, err := s.txnCoord().Produce(*txnID, h.ProducerID, h.ProducerEpoch, txn.TP{Topic: p.topic.name, Partition: p.index}, func() error {
 			var err error
 			next, err = p.appendIdempotent(records, &h, sp, s.cfg.Now().UnixMilli(), leads)
 			return err
@@ -301,6 +301,8 @@ func (s *Server) produceTo(p *partition, records []byte, sp *kmsg.ProduceRespons
 		return next, txnEnd, err
 	}
 	if h.ProducerID >= 0 {
+		// (In a cluster a transactional batch too: the coordinator is
+		// on another broker, cluster_txn.go.)
 		next, err := p.appendIdempotent(records, &h, sp, s.cfg.Now().UnixMilli(), leads)
 		return next, 0, err
 	}

@@ -41,10 +41,8 @@ func (s *Server) handleInitProducerID(c *conn, req *kmsg.InitProducerIDRequest) 
 			resp.ErrorCode = kerr.InvalidRequest.Code // as Kafka: an empty id is no id
 			return resp, nil
 		}
-		if s.cl != nil {
-			// Not yet: the coordinator's state and its markers do not
-			// move with partitions (docs/cluster.md).
-			resp.ErrorCode = kerr.InvalidRequest.Code
+		if s.txnElsewhere() {
+			resp.ErrorCode = kerr.NotCoordinator.Code
 			return resp, nil
 		}
 		reqPID, reqEpoch := int64(-1), int16(-1)
@@ -52,7 +50,7 @@ func (s *Server) handleInitProducerID(c *conn, req *kmsg.InitProducerIDRequest) 
 			reqPID, reqEpoch = req.ProducerID, req.ProducerEpoch
 		}
 		t := time.Now()
-		pid, epoch, e := s.txns.InitProducerID(*req.TransactionalID, req.TransactionTimeoutMillis, reqPID, reqEpoch)
+		pid, epoch, e := s.txnCoord().InitProducerID(*req.TransactionalID, req.TransactionTimeoutMillis, reqPID, reqEpoch)
 		c.parkedSince(t) // mostly fsyncs (the transaction log, markers of an aborted transaction)
 		if e != nil {
 			resp.ErrorCode = e.Code

@@ -73,8 +73,8 @@ func (s *Server) handleOffsetForLeaderEpoch(c *conn, req *kmsg.OffsetForLeaderEp
 			sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
 			sp.Partition = rp.Partition
 			switch {
-			case s.cl != nil && rt.Topic == offsetsTopic && code == kerr.UnknownTopicOrPartition.Code:
-				// The group log, replicated in cluster mode.
+			case s.cl != nil && internalTopic(rt.Topic) && code == kerr.UnknownTopicOrPartition.Code:
+				// The group or transaction log, replicated in cluster mode.
 				if p := s.cl.partitionFor(rt.Topic, rp.Partition); p == nil {
 					sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				} else if lc, r := s.cl.leaderCheck(p, -1); lc != 0 {

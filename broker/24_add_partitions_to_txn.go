@@ -89,9 +89,15 @@ func (s *Server) addPartitions(c *conn, id string, pid int64, epoch int16, topic
 		}
 		parts = nil
 	}
+	if len(parts) > 0 && s.txnElsewhere() {
+		for _, k := range parts {
+			codes[k] = kerr.NotCoordinator.Code
+		}
+		parts = nil
+	}
 	if len(parts) > 0 {
 		t := time.Now()
-		got, e := s.txns.AddPartitions(id, pid, epoch, parts, verify)
+		got, e := s.txnCoord().AddPartitions(id, pid, epoch, parts, verify)
 		c.parkedSince(t) // mostly the transaction log's fsync
 		for i, k := range parts {
 			switch {

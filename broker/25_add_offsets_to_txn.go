@@ -26,9 +26,11 @@ func (s *Server) handleAddOffsetsToTxn(c *conn, req *kmsg.AddOffsetsToTxnRequest
 		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
 	case !c.allowed(opRead, resGroup, groupName(req.Group)):
 		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+	case s.txnElsewhere():
+		resp.ErrorCode = kerr.NotCoordinator.Code
 	default:
 		t := time.Now()
-		e := s.txns.AddOffsets(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Group)
+		e := s.txnCoord().AddOffsets(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Group)
 		c.parkedSince(t) // mostly the transaction log's fsync
 		if e != nil {
 			resp.ErrorCode = fencedCode(e, req.Version, 2)

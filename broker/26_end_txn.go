@@ -35,8 +35,12 @@ func (s *Server) handleEndTxn(c *conn, req *kmsg.EndTxnRequest) (kmsg.Response, 
 		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
 		return resp, nil
 	}
+	if s.txnElsewhere() {
+		resp.ErrorCode = kerr.NotCoordinator.Code
+		return resp, nil
+	}
 	t := time.Now()
-	pid, epoch, e := s.txns.EndTxn(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit, req.Version >= 5)
+	pid, epoch, e := s.txnCoord().EndTxn(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit, req.Version >= 5)
 	c.parkedSince(t) // mostly fsyncs: the transaction log, the markers
 	if e != nil {
 		resp.ErrorCode = fencedCode(e, req.Version, 2)

@@ -50,6 +50,12 @@ func (s *Server) handleTxnOffsetCommit(c *conn, req *kmsg.TxnOffsetCommitRequest
 		all(kerr.GroupAuthorizationFailed.Code)
 		return resp, nil
 	}
+	if s.txnElsewhere() {
+		// (In a cluster the group coordinator coordinates transactions
+		// too, once it leads the transaction log: retried until then.)
+		all(kerr.NotCoordinator.Code)
+		return resp, nil
+	}
 	if e := s.grp().ValidateTxnMember(req); e != nil {
 		all(e.Code)
 		return resp, nil
@@ -74,7 +80,7 @@ func (s *Server) handleTxnOffsetCommit(c *conn, req *kmsg.TxnOffsetCommitRequest
 	}
 	if len(offs) > 0 {
 		t := time.Now()
-		got, e := s.txns.TxnOffsetCommit(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Group, offs)
+		got, e := s.txnCoord().TxnOffsetCommit(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Group, offs)
 		c.parkedSince(t) // mostly fsyncs
 		for k, w := range where {
 			if e != nil {

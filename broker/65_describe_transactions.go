@@ -29,7 +29,12 @@ func (s *Server) handleDescribeTransactions(c *conn, req *kmsg.DescribeTransacti
 			resp.TransactionStates = append(resp.TransactionStates, st)
 			continue
 		}
-		in, ok := s.txns.Describe(id)
+		if s.txnElsewhere() {
+			st.ErrorCode = kerr.NotCoordinator.Code
+			resp.TransactionStates = append(resp.TransactionStates, st)
+			continue
+		}
+		in, ok := s.txnCoord().Describe(id)
 		if !ok {
 			st.ErrorCode = kerr.TransactionalIDNotFound.Code
 			resp.TransactionStates = append(resp.TransactionStates, st)
@@ -83,8 +88,11 @@ func (s *Server) handleListTransactions(c *conn, req *kmsg.ListTransactionsReque
 		}
 		pattern = re
 	}
+	if s.txnElsewhere() {
+		return resp, nil // none here (clients ask every broker)
+	}
 	now := time.Now().UnixMilli()
-	for _, in := range s.txns.List() {
+	for _, in := range s.txnCoord().List() {
 		switch {
 		case len(req.StateFilters) > 0 && !states[in.State]:
 			continue

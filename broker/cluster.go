@@ -105,6 +105,13 @@ type cluster struct {
 	groupsActive    atomic.Int32 // the epoch the open coordinator leads at; -1: none
 	offsetsCreating atomic.Bool
 
+	// The transaction log as a replicated partition (cluster_txn.go).
+	txnPart     *partition
+	txnActive   atomic.Int32 // the epoch the open coordinator leads at; -1: none
+	txnCreating atomic.Bool
+	txnGen      atomic.Int64 // counts opens and closes of the coordinator
+	peerPool
+
 	pidMu   sync.Mutex
 	pidNext int64
 	pidEnd  int64
@@ -191,6 +198,7 @@ func startCluster(s *Server, cfg ClusterConfig) (*cluster, error) {
 	}
 	cl.hwStart = cl.loadHWCheckpoint()
 	cl.initGroups()
+	cl.initTxns()
 	self.DirID = cl.dirID
 	s.meta.mu.Lock()
 	s.meta.m.NodeID, s.meta.m.ClusterID = cfg.NodeID, co.ClusterID()
@@ -370,6 +378,7 @@ func (cl *cluster) close() {
 	}
 	cl.client().Close()
 	cl.wg.Wait()
+	cl.closePeers()
 }
 
 // currentView is the last view applied (never nil once started).
@@ -405,8 +414,8 @@ func (cl *cluster) apply(v *coord.View) {
 func (cl *cluster) reconcileTopics(v *coord.View) {
 	s := cl.s
 	for name, t := range v.Topics {
-		if name == offsetsTopic {
-			continue // the group log: after every topic (below)
+		if internalTopic(name) {
+			continue // the group and transaction logs: after every topic (below)
 		}
 		id, err := parseTopicID(t.Info.ID)
 		if err != nil {
@@ -450,6 +459,10 @@ func (cl *cluster) reconcileTopics(v *coord.View) {
 	if _, ok := v.Topics[offsetsTopic]; ok {
 		part, ok := v.Parts[coord.PartKey{Topic: offsetsTopic, Partition: 0}]
 		cl.setRole(cl.groupsPart, part, ok)
+	}
+	if _, ok := v.Topics[txnTopic]; ok {
+		part, ok := v.Parts[coord.PartKey{Topic: txnTopic, Partition: 0}]
+		cl.setRole(cl.txnPart, part, ok)
 	}
 }
 
@@ -530,7 +543,7 @@ func (cl *cluster) setRole(p *partition, part coord.Part, present bool) {
 		p.repl.role.Store(r)
 		cl.unfollow(p)
 	}
-	if p == cl.groupsPart {
+	if p == cl.groupsPart || p == cl.txnPart {
 		cl.kickGroups()
 	}
 }
@@ -549,11 +562,13 @@ func (cl *cluster) dropLeadership() {
 			}
 		}
 	}
-	if r := cl.groupsPart.repl.role.Load(); r != nil && r.isLeader {
-		nr := *r
-		nr.isLeader, nr.leader = false, -1
-		cl.groupsPart.repl.role.Store(&nr)
-		cl.kickGroups()
+	for _, p := range []*partition{cl.groupsPart, cl.txnPart} {
+		if r := p.repl.role.Load(); r != nil && r.isLeader {
+			nr := *r
+			nr.isLeader, nr.leader = false, -1
+			p.repl.role.Store(&nr)
+			cl.kickGroups()
+		}
 	}
 	cl.viewMu.Lock()
 	close(cl.viewCh)

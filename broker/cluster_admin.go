@@ -171,17 +171,6 @@ func (cl *cluster) currentLeader(r *replicaRole) (leader, epoch int32, ep *coord
 	return r.leader, r.epoch, nil
 }
 
-// coordinator is the broker that coordinates every group and transaction
-// for now: the live broker with the lowest id (the same answer from every
-// broker with the same view).
-func (cl *cluster) coordinator() (coord.BrokerInfo, bool) {
-	live := liveBrokers(cl.currentView())
-	if len(live) == 0 {
-		return coord.BrokerInfo{}, false
-	}
-	return live[0], true
-}
-
 // produceLeaderHint adds KIP-951's current leader to a produce answer
 // NOT_LEADER_OR_FOLLOWER (v10+), with the leader's endpoint.
 func (cl *cluster) produceLeaderHint(resp *kmsg.ProduceResponse, sp *kmsg.ProduceResponseTopicPartition, r *replicaRole) {

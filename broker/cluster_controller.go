@@ -114,16 +114,23 @@ func (cl *cluster) controlOnce(ctx context.Context, co *coord.Client, lead *coor
 			k := coord.PartKey{Topic: name, Partition: i}
 			part, ok := v.Parts[k]
 			if !ok {
-				if st, ok := assignReplicas(name, i, t.Info.RF, live); ok {
+				st, ok := assignReplicas(name, i, t.Info.RF, live)
+				if name == txnTopic {
+					st, ok = txnAssignment(v)
+				}
+				if ok {
 					ups = append(ups, coord.PartUpdate{Key: k, State: st})
 				}
 				continue
 			}
-			if st, ok := nextState(part, v, alive, replaced, rebalance); ok {
+			// The transaction log's leader follows the group log's
+			// (alignTxnLeader), not its preferred replica.
+			if st, ok := nextState(part, v, alive, replaced, rebalance && name != txnTopic); ok {
 				ups = append(ups, coord.PartUpdate{Key: k, State: st, ModRev: part.ModRev})
 			}
 		}
 	}
+	ups = alignTxnLeader(v, ups, alive)
 	if len(ups) == 0 && !cl.cfg.NoReplicaRebalance {
 		// Nothing else to do: a broker added gets its share of replicas
 		// (cluster_reassign.go), until the counts are even.
@@ -307,7 +314,7 @@ func (cl *cluster) handOver(ctx context.Context) {
 	for _, t := range cl.s.reg.all() {
 		parts = append(parts, cl.s.reg.partitionsOf(t)...)
 	}
-	parts = append(parts, cl.groupsPart)
+	parts = append(parts, cl.groupsPart, cl.txnPart)
 	{
 		for _, p := range parts {
 			r := roleOf(p)

@@ -220,3 +220,46 @@ func TestNextStateLeaderBackEmpty(t *testing.T) {
 		t.Fatalf("leader back on an empty disk: %+v, %v; want no leader and an empty ISR", st, ok)
 	}
 }
+
+// TestAlignTxnLeader: the transaction log's leadership follows the group
+// log's, when the group log's leader is alive and in its ISR; a move of the
+// group log's leadership in the same pass is followed at once.
+func TestAlignTxnLeader(t *testing.T) {
+	gk, tk := coord.PartKey{Topic: offsetsTopic, Partition: 0}, coord.PartKey{Topic: txnTopic, Partition: 0}
+	reps := []int32{1, 2, 3}
+	view := func(gLeader, tLeader int32, tISR []int32) *coord.View {
+		return &coord.View{Parts: map[coord.PartKey]coord.Part{
+			gk: {State: coord.PartState{Leader: gLeader, Epoch: 3, Replicas: reps, ISR: reps}, ModRev: 10},
+			tk: {State: coord.PartState{Leader: tLeader, Epoch: 7, Replicas: reps, ISR: tISR}, ModRev: 11},
+		}}
+	}
+	all := func(int32) bool { return true }
+	if ups := alignTxnLeader(view(1, 1, reps), nil, all); len(ups) != 0 {
+		t.Fatalf("aligned already: %+v", ups)
+	}
+	ups := alignTxnLeader(view(2, 1, reps), nil, all)
+	if len(ups) != 1 || ups[0].Key != tk || ups[0].State.Leader != 2 || ups[0].State.Epoch != 8 || ups[0].ModRev != 11 {
+		t.Fatalf("apart: %+v", ups)
+	}
+	if ups := alignTxnLeader(view(2, 1, []int32{1, 3}), nil, all); len(ups) != 0 {
+		t.Fatalf("the group leader outside the transaction log's ISR: %+v", ups)
+	}
+	if ups := alignTxnLeader(view(2, 1, reps), nil, func(id int32) bool { return id != 2 }); len(ups) != 0 {
+		t.Fatalf("the group leader not alive: %+v", ups)
+	}
+	// The same pass moves both: the group log's update is followed, and
+	// the transaction log's own update gets the leader, at its epoch + 1.
+	v := view(1, 1, reps)
+	in := []coord.PartUpdate{
+		{Key: gk, State: coord.PartState{Leader: 3, Epoch: 4, Replicas: reps, ISR: []int32{2, 3}}, ModRev: 10},
+		{Key: tk, State: coord.PartState{Leader: 2, Epoch: 8, Replicas: reps, ISR: []int32{2, 3}}, ModRev: 11},
+	}
+	ups = alignTxnLeader(v, in, all)
+	if len(ups) != 2 || ups[1].State.Leader != 3 || ups[1].State.Epoch != 8 || !slices.Equal(ups[1].State.ISR, []int32{2, 3}) {
+		t.Fatalf("moved together: %+v", ups)
+	}
+	st, ok := txnAssignment(view(2, 1, reps))
+	if !ok || st.Leader != 2 || !slices.Equal(st.Replicas, reps) || st.Epoch != 0 {
+		t.Fatalf("assignment: %+v %v", st, ok)
+	}
+}

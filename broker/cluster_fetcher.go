@@ -301,6 +301,22 @@ func (cl *cluster) truncate(f *replicaFetcher, p *partition, epoch int32, off in
 	if err != nil {
 		return err
 	}
+	if p.txnSeen.Load() {
+		// Transactions here: what is open depends on which markers
+		// survived the cut. The state is read again from the log (the
+		// aborted index was cut with it).
+		clear(p.producers)
+		clear(p.txnOpen)
+		p.setFirstOpenLocked()
+		if err := p.replayTxns(p.log.LogStartOffset()); err != nil {
+			return err
+		}
+		if err := os.Remove(filepath.Join(p.log.Dir(), producersFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		cl.logger.Info("truncated to the leader's log", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Int64("log_end", end))
+		return nil
+	}
 	for id, st := range p.producers {
 		keep := st.Batches[:0]
 		for _, b := range st.Batches {
@@ -348,6 +364,8 @@ func (cl *cluster) resetLog(f *replicaFetcher, p *partition, epoch int32, next, 
 		return err
 	}
 	clear(p.producers)
+	clear(p.txnOpen) // (a transaction open across the reset is seen again from its next batch)
+	p.setFirstOpenLocked()
 	if err := os.Remove(filepath.Join(p.log.Dir(), producersFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
@@ -514,14 +532,45 @@ func (cl *cluster) appendReplicated(f *replicaFetcher, p *partition, epoch int32
 		if h.BaseOffset != leo {
 			return fmt.Errorf("batch at %d, log end %d", h.BaseOffset, leo)
 		}
-		res, err := p.log.Append(batch)
-		if err != nil {
+		if err := p.appendFollowedLocked(batch, &h, now); err != nil {
 			return err
 		}
-		if h.ProducerID >= 0 && !h.Control() {
-			p.recordSequence(&res.Header, now)
+	}
+	return nil
+}
+
+// appendFollowedLocked appends one of the leader's batches and keeps the
+// producer and transaction state as the leader does: sequences, the
+// transactions open here (the LSO), and for an ABORT marker the aborted
+// index entry, written before the transaction stops holding the LSO back
+// (as writeMarker does). A follower elected leader then serves
+// read_committed as its leader did, and the coordinator's markers find
+// the transactions they close. p.mu held.
+func (p *partition) appendFollowedLocked(batch []byte, h *log.BatchHeader, now int64) error {
+	if h.ProducerID >= 0 && h.Transactional() && !h.Control() {
+		p.openTxnLocked(h.ProducerID, h.BaseOffset)
+	}
+	res, err := p.log.Append(batch)
+	if err != nil {
+		return err
+	}
+	if h.ProducerID < 0 {
+		return nil
+	}
+	if !h.Control() {
+		p.recordSequence(&res.Header, now)
+		return nil
+	}
+	control := log.ControlType(batch[log.BatchHeaderSize:])
+	if control != log.ControlAbort && control != log.ControlCommit {
+		return nil
+	}
+	if first, open := p.txnOpen[h.ProducerID]; open && control == log.ControlAbort {
+		if err := p.log.AddAborted(p.abortedEntryLocked(h.ProducerID, first, h.BaseOffset)); err != nil {
+			return err
 		}
 	}
+	p.closeTxnLocked(h.ProducerID, h.ProducerEpoch, h.BaseOffset, control, now)
 	return nil
 }
 

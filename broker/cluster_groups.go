@@ -53,7 +53,8 @@ func groupsOpenConfig(cfg group.Config) group.Config {
 // every broker that does not coordinate, group requests are answered
 // NOT_COORDINATOR (dispatchGroup, activeGroups).
 func (cl *cluster) groupsLoop() {
-	var leading int32 = -1 // the epoch the open coordinator leads at
+	var leading int32 = -1                      // the epoch the open coordinator leads at
+	txnLeading, txnWith := int32(-1), int32(-1) // the transaction coordinator's (syncTxns)
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
 	for {
@@ -94,6 +95,9 @@ func (cl *cluster) groupsLoop() {
 			cl.s.grp().Close()
 			leading = -1
 			cl.logger.Info("no longer the group coordinator")
+		}
+		if cl.syncTxns(&txnLeading, &txnWith) {
+			retry.Reset(50 * time.Millisecond)
 		}
 	}
 }
@@ -184,11 +188,14 @@ func (cl *cluster) createOffsetsTopic() {
 // partitionFor finds a partition by name for peers: a topic's, or the
 // group log.
 func (cl *cluster) partitionFor(topicName string, index int32) *partition {
-	if topicName == offsetsTopic {
-		if index == 0 {
-			return cl.groupsPart
+	if topicName == offsetsTopic || topicName == txnTopic {
+		if index != 0 {
+			return nil
 		}
-		return nil
+		if topicName == txnTopic {
+			return cl.txnPart
+		}
+		return cl.groupsPart
 	}
 	t := cl.s.reg.get(topicName)
 	if t == nil {

@@ -74,8 +74,10 @@ func (cl *cluster) collect(ch chan<- prometheus.Metric) {
 			each(p)
 		}
 	}
-	if cl.groupsPart.repl.role.Load() != nil {
-		each(cl.groupsPart)
+	for _, p := range []*partition{cl.groupsPart, cl.txnPart} {
+		if p.repl.role.Load() != nil {
+			each(p)
+		}
 	}
 	ctrl := 0.0
 	if cl.controller.Load() {

@@ -133,7 +133,9 @@ func proposeMoves(v *coord.View, live []coord.BrokerInfo) (ups []coord.PartUpdat
 		if reassigning(p.State) {
 			return nil, false // one round at a time
 		}
-		if _, ok := v.Topics[k.Topic]; ok {
+		// Not the internal topics: the transaction log keeps the group
+		// log's replicas, so that one broker can lead both.
+		if _, ok := v.Topics[k.Topic]; ok && !internalTopic(k.Topic) {
 			keys = append(keys, k)
 		}
 	}

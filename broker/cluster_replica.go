@@ -311,6 +311,7 @@ func (cl *cluster) isrLoop() {
 			}
 		}
 		cl.checkISR(cl.groupsPart)
+		cl.checkISR(cl.txnPart)
 		if time.Since(lastSave) >= time.Second {
 			saved, lastSave = cl.saveHWCheckpoint(saved), time.Now()
 		}
@@ -452,8 +453,10 @@ func hwKey(p *partition) string { return p.topic.name + "/" + strconv.Itoa(int(p
 // the last one.
 func (cl *cluster) saveHWCheckpoint(last map[string]int64) map[string]int64 {
 	cur := map[string]int64{}
-	if p := cl.groupsPart; p.log.Replicated() {
-		cur[hwKey(p)] = p.log.HighWatermark()
+	for _, p := range []*partition{cl.groupsPart, cl.txnPart} {
+		if p.log.Replicated() {
+			cur[hwKey(p)] = p.log.HighWatermark()
+		}
 	}
 	for _, t := range cl.s.reg.all() {
 		for _, p := range cl.s.reg.partitionsOf(t) {

@@ -90,7 +90,7 @@ func (cl *cluster) mirrorLoop(ctx context.Context, co *coord.Client) {
 		}
 		m := clusterMirror{Version: 1, ClusterID: v.ClusterID, ProducerIDNext: pidNext}
 		for name, t := range v.Topics {
-			if name == offsetsTopic { // the group log is not in the bucket
+			if internalTopic(name) { // the group and transaction logs are not in the bucket
 				continue
 			}
 			mt := mirroredTopic{TopicInfo: t.Info, Epochs: make([]int32, t.Info.Partitions)}
@@ -236,6 +236,8 @@ func (cl *cluster) restoredStart(p *partition, v *coord.View) error {
 		return fmt.Errorf("start the log at the restored manifest's end %d: %w", ptr.Next, err)
 	}
 	clear(p.producers)
+	clear(p.txnOpen)
+	p.setFirstOpenLocked()
 	cl.logger.Info("restored: the log starts where the bucket's ends", zap.String("topic", p.topic.name), zap.Int32("partition", p.index),
 		zap.Int64("log_start", ptr.LogStart), zap.Int64("next_offset", ptr.Next))
 	return nil

@@ -69,6 +69,8 @@ func (s *Server) dispatch(c *conn, req *protocol.Request) (kmsg.Response, error)
 		return s.handleAddOffsetsToTxn(c, b)
 	case *kmsg.EndTxnRequest:
 		return s.handleEndTxn(c, b)
+	case *kmsg.WriteTxnMarkersRequest:
+		return s.handleWriteTxnMarkers(c, b)
 	case *kmsg.TxnOffsetCommitRequest:
 		return s.handleTxnOffsetCommit(c, b)
 	case *kmsg.DescribeProducersRequest:
@@ -98,7 +100,7 @@ func (s *Server) dispatch(c *conn, req *protocol.Request) (kmsg.Response, error)
 
 // handled lists the keys dispatch serves, for the test that the version
 // table and the handlers agree.
-var handled = []int16{0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 30, 31, 32, 33, 35, 36, 37, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 60, 61, 65, 66, 75}
+var handled = []int16{0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 35, 36, 37, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 60, 61, 65, 66, 75}
 
 // errorResponse builds the response to req with code in every error field
 // a client checks, for a request whose handler failed (panicked). nil means

@@ -190,7 +190,7 @@ func (s *Server) handleFindCoordinator(c *conn, req *kmsg.FindCoordinatorRequest
 		case s.cl != nil:
 			coordinator := s.cl.groupCoordinator
 			if req.CoordinatorType == 1 {
-				coordinator = s.cl.coordinator // transactions: refused in cluster mode for now
+				coordinator = s.cl.txnCoordinator
 			}
 			b, ok := coordinator()
 			if !ok {

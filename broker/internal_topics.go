@@ -51,8 +51,11 @@ func (s *Server) virtualOffsetsID(id [16]byte) bool {
 }
 
 // offsetsTopicID is the virtual topic's id, stable for the cluster.
-func (s *Server) offsetsTopicID() [16]byte {
-	sum := sha256.Sum256([]byte(offsetsTopic + "\x00" + s.meta.m.ClusterID))
+func (s *Server) offsetsTopicID() [16]byte { return s.internalTopicID(offsetsTopic) }
+
+// internalTopicID is an internal topic's id, stable for the cluster.
+func (s *Server) internalTopicID(name string) [16]byte {
+	sum := sha256.Sum256([]byte(name + "\x00" + s.meta.m.ClusterID))
 	var id [16]byte
 	copy(id[:], sum[:16])
 	return id

@@ -104,8 +104,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descGroups, prometheus.GaugeValue, float64(byState[st]), st)
 	}
 	gauge(descMembers, float64(members))
-	if s.txns != nil {
-		byTxn := s.txns.Stats()
+	if s.txnCoord() != nil {
+		byTxn := s.txnCoord().Stats()
 		for st := txn.Empty; st < txn.Dead; st++ {
 			ch <- prometheus.MustNewConstMetric(descTxns, prometheus.GaugeValue, float64(byTxn[st]), st.String())
 		}

@@ -40,7 +40,7 @@ type Server struct {
 	groupLog       *log.Partition
 	groupsMirrored atomic.Uint64 // group change count last mirrored to the bucket
 
-	txns         *txn.Coordinator
+	txnsPtr      atomic.Pointer[txn.Coordinator] // in a cluster: swapped as the leadership of the transaction log moves
 	txnLog       *log.Partition
 	txnsMirrored atomic.Uint64 // transaction change count last mirrored to the bucket
 
@@ -85,6 +85,9 @@ type Server struct {
 
 // grp is the group coordinator.
 func (s *Server) grp() *group.Coordinator { return s.groupsPtr.Load() }
+
+// txnCoord is the transaction coordinator (nil before it opened).
+func (s *Server) txnCoord() *txn.Coordinator { return s.txnsPtr.Load() }
 
 // New opens the data directory (topic registry, broker identity, every
 // partition with recovery) and returns a server ready to Serve.
@@ -490,7 +493,9 @@ func (s *Server) maintain() {
 					break pass // stopping: the final offload takes over
 				}
 				p.expireProducers(now.UnixMilli(), s.cfg.ProducerIDExpiration)
-				if p.firstOpen.Load() != 0 && s.txns != nil {
+				// (Not in a cluster: the coordinator that holds a
+				// transaction may be another broker.)
+				if p.firstOpen.Load() != 0 && s.txnCoord() != nil && s.cl == nil {
 					s.abortOrphans(p, now, s.cfg.TransactionMaxTimeout)
 				}
 				if _, err := p.log.Maintain(now); err != nil && !errors.Is(err, log.ErrClosed) {

@@ -30,7 +30,7 @@ const txnKey = "_synapse/transactions.json"
 
 func (s *Server) openTxns(ctx context.Context) error {
 	dir := filepath.Join(s.cfg.DataDir, txnDir)
-	if s.cfg.Tier != nil {
+	if s.cfg.Tier != nil && s.cfg.Cluster == nil { // (a cluster replicates the log instead)
 		if err := s.restoreTxns(ctx, dir); err != nil {
 			return err
 		}
@@ -40,11 +40,20 @@ func (s *Server) openTxns(ctx context.Context) error {
 		return fmt.Errorf("broker: open the transaction log: %w", err)
 	}
 	s.txnLog = lp
-	c, err := txn.Open(s.txnConfig(), lp, nil)
+	cfg := s.txnConfig()
+	if s.cfg.Cluster != nil {
+		cfg = txnOpenConfig(cfg)
+	}
+	c, err := txn.Open(cfg, lp, nil)
 	if err != nil {
 		return fmt.Errorf("broker: load transactions: %w", err)
 	}
-	s.txns = c
+	s.txnsPtr.Store(c)
+	if s.cfg.Cluster != nil {
+		// Opened again by the coordinator of transactions (cluster_txn.go).
+		c.Close()
+		return nil
+	}
 	s.txnsMirrored.Store(math.MaxUint64)
 	if err := s.meta.reserveProducerIDsBelow(c.ProducerIDFloor()); err != nil {
 		return err
@@ -193,24 +202,24 @@ func writeMarkers(lookup func(txn.TP) *partition, nowMs int64, leaderEpoch int32
 // maintainTxns aborts timed-out transactions, finishes ends that failed,
 // compacts the transaction log and mirrors it when it changed.
 func (s *Server) maintainTxns(now time.Time) {
-	if s.txns == nil {
-		return
+	if s.txnCoord() == nil || s.txnElsewhere() {
+		return // a closed coordinator maintains (and writes) nothing
 	}
-	s.txns.Maintain(now)
+	s.txnCoord().Maintain(now)
 	if s.cfg.Tier != nil {
 		s.mirrorTxns(s.ctx)
 	}
 }
 
 func (s *Server) mirrorTxns(ctx context.Context) {
-	if s.txns != nil {
-		s.mirrorStateLog(ctx, txnKey, "transactions", s.txns.Changes(), s.txns.Snapshot, &s.txnsMirrored)
+	if s.txnCoord() != nil && s.cl == nil { // (a cluster replicates the log instead)
+		s.mirrorStateLog(ctx, txnKey, "transactions", s.txnCoord().Changes(), s.txnCoord().Snapshot, &s.txnsMirrored)
 	}
 }
 
 func (s *Server) closeTxns() {
-	if s.txns != nil {
-		s.txns.Close()
+	if s.txnCoord() != nil {
+		s.txnCoord().Close()
 	}
 	if s.txnLog != nil {
 		if err := s.txnLog.Close(); err != nil && !errors.Is(err, log.ErrClosed) {

@@ -148,6 +148,12 @@ func (p *partition) closeTxnLocked(pid int64, epoch int16, offset int64, control
 func (p *partition) writeMarker(pid int64, epoch int16, commit bool, nowMs int64, leaderEpoch int32, since int64) (int64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.writeMarkerLocked(pid, epoch, commit, nowMs, leaderEpoch, since)
+}
+
+// writeMarkerLocked is writeMarker with p.mu held (a cluster's leader
+// checks its leadership under the same lock).
+func (p *partition) writeMarkerLocked(pid int64, epoch int16, commit bool, nowMs int64, leaderEpoch int32, since int64) (int64, error) {
 	if st := p.producers[pid]; since >= 0 && st != nil && st.Marker != nil && st.Marker.Offset >= since {
 		// This transaction's marker is here already (written before a
 		// crash): what is open now is a later transaction's.
@@ -299,7 +305,7 @@ func (s *Server) coldAborted(p *partition, from, upper int64) ([]kmsg.FetchRespo
 // transactions. It is called by the maintenance loop only for partitions
 // with a transaction open.
 func (s *Server) abortOrphans(p *partition, now time.Time, grace time.Duration) {
-	for _, res := range abortUnheldOn(p, s.txns, now, grace, s.meta.m.LeaderEpoch) {
+	for _, res := range abortUnheldOn(p, s.txnCoord(), now, grace, s.meta.m.LeaderEpoch) {
 		if res.err != nil {
 			s.repeat.Warn("abort a hanging transaction", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Int64("producer_id", res.pid), zap.Error(res.err))
 			continue

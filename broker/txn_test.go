@@ -224,9 +224,9 @@ func TestTxnTimeoutAbort(t *testing.T) {
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "slow", Value: []byte("late")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	before, _ := ts.txns.Describe("slow")
-	ts.txns.Maintain(time.Now().Add(2 * time.Second))
-	after, _ := ts.txns.Describe("slow")
+	before, _ := ts.txnCoord().Describe("slow")
+	ts.txnCoord().Maintain(time.Now().Add(2 * time.Second))
+	after, _ := ts.txnCoord().Describe("slow")
 	if after.State != txn.CompleteAbort || after.Epoch != before.Epoch+1 {
 		t.Fatalf("after the timeout: %+v (before %+v)", after, before)
 	}
@@ -270,7 +270,7 @@ func TestTxnStateAcrossRestart(t *testing.T) {
 				os.Remove(filepath.Join(dir, "r-0", producersFile))
 			}
 			ts2 := startServerAt(t, Config{DataDir: dir, AutoCreateTopics: true}, addr)
-			if st, _ := ts2.txns.Describe("r"); st.State != txn.Ongoing {
+			if st, _ := ts2.txnCoord().Describe("r"); st.State != txn.Ongoing {
 				t.Fatalf("after restart: %+v", st)
 			}
 			if got := readValues(t, ts2.addr, "r", true); !equalStrings(got, []string{"committed"}) {

@@ -35,6 +35,7 @@ var versions = []VersionRange{
 	{Key: 24, Min: 0, Max: 5}, // AddPartitionsToTxn
 	{Key: 25, Min: 0, Max: 4}, // AddOffsetsToTxn
 	{Key: 26, Min: 0, Max: 5}, // EndTxn
+	{Key: 27, Min: 0, Max: 1}, // WriteTxnMarkers (inter-broker)
 	{Key: 28, Min: 0, Max: 5}, // TxnOffsetCommit
 	{Key: 29, Min: 0, Max: 3}, // DescribeAcls
 	{Key: 30, Min: 0, Max: 3}, // CreateAcls

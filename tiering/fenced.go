@@ -283,6 +283,11 @@ func (t *Tier) uploadSuffix(ctx context.Context, pk PartitionKey, lp *log.Partit
 	if err := t.putLog(ctx, key, io.NewSectionReader(file, pos, meta.Size), seg.LogPath, meta.Size, &meta, false); err != nil {
 		return meta, err
 	}
+	// The aborted transactions whose markers are in this part (the rest
+	// are in the previous leader's upload of the segment's head).
+	if err := t.uploadTxnIndex(ctx, pk, lp, seg, &meta); err != nil {
+		return meta, err
+	}
 	t.logger.Info("uploaded the part of a local segment past the bucket's end", zap.String("key", key),
 		zap.Int64("segment", seg.Base), zap.Int64("from", from), zap.Int64("bytes", meta.Size))
 	return meta, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -319,5 +320,80 @@ func TestFencedSweepStaleCache(t *testing.T) {
 		if _, err := store.GetRange(ctx, ptr.key, 0, 1); err != nil {
 			t.Fatalf("the committed manifest after the new leader's sweep: %v", err)
 		}
+	}
+}
+
+// TestFencedSuffixTxnIndex: a new leader whose local segment straddles the
+// bucket's end uploads that segment's tail alone, with the aborted
+// transactions whose markers are in the tail: a cold read_committed read
+// finds them, and the local segment counts as uploaded (it can be
+// released).
+func TestFencedSuffixTxnIndex(t *testing.T) {
+	ctx := context.Background()
+	store := NewMemStore()
+	ptr := &fakePointer{leader: 1, epoch: 1}
+	ca, cb := &fakeCommitter{p: ptr, id: 1, believe: 1}, &fakeCommitter{p: ptr, id: 2, believe: -1}
+	ta, tb := New(store, zaptest.NewLogger(t), 1<<20), New(store, zaptest.NewLogger(t), 1<<20)
+	ta.SetCommitter(ca)
+	tb.SetCommitter(cb)
+	pk := PartitionKey{Topic: "t", Partition: 0}
+	la, lb := openReplica(t, 4000), openReplica(t, 3000)
+	produce := func(n int) {
+		for i := 0; i < n; i++ {
+			b := batch(300, time.Now().UnixMilli(), byte(i))
+			for _, lp := range []*log.Partition{la, lb} {
+				res, err := lp.Append(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := lp.WaitDurable(res.LastOffset + 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	produce(40)
+	if n, err := ta.UploadBelow(ctx, pk, la, la.HighWatermark()); err != nil || n == 0 {
+		t.Fatalf("A's upload: %d, %v", n, err)
+	}
+	ma, _ := ta.Manifest(ctx, pk)
+	ptr.mu.Lock()
+	ptr.leader, ptr.epoch = 2, 2
+	ptr.mu.Unlock()
+	cb.believe = 2
+	produce(40)
+	var straddle log.SegmentInfo
+	for _, s := range lb.SealedSegments() {
+		if s.Base < ma.Next() && ma.Next() < s.Next {
+			straddle = s
+		}
+	}
+	if straddle.Next == 0 || straddle.Next-ma.Next() < 2 {
+		t.Fatalf("no segment of B straddles A's last upload's end %d with two batches past it", ma.Next())
+	}
+	head := log.AbortedTxn{ProducerID: 7, FirstOffset: straddle.Base, LastOffset: ma.Next() - 1, LastStableOffset: ma.Next()}
+	tail := log.AbortedTxn{ProducerID: 8, FirstOffset: ma.Next(), LastOffset: ma.Next() + 1, LastStableOffset: ma.Next() + 2}
+	for _, a := range []log.AbortedTxn{head, tail} {
+		if err := lb.AddAborted(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := tb.UploadBelow(ctx, pk, lb, lb.HighWatermark()); err != nil || n == 0 {
+		t.Fatalf("B's upload: %d, %v", n, err)
+	}
+	mb, err := tb.Manifest(ctx, pk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, ok := committedSegment(mb, straddle)
+	if !ok || mb.Segments[i].Base != ma.Next() || mb.Segments[i].TxnIndexBytes != txnEntryBytes {
+		t.Fatalf("the tail's entry in B's manifest: %+v (found %v), want one aborted transaction", mb.Segments[min(i, len(mb.Segments)-1)], ok)
+	}
+	got, err := tb.AbortedTxns(ctx, pk, nil, ma.Next(), mb.Next())
+	if err != nil || !slices.Contains(got, tail) || slices.Contains(got, head) {
+		t.Fatalf("the bucket's aborted transactions past %d: %+v, %v; want %+v only", ma.Next(), got, err, tail)
+	}
+	if !tb.txnIndexUploaded(mb, straddle, lb) {
+		t.Fatal("the straddling segment does not count as uploaded")
 	}
 }

@@ -25,14 +25,11 @@ const (
 	txnEntryBytes = 34
 )
 
-// uploadTxnIndex uploads seg's aborted-transaction entries (if it has any)
-// and records them in meta.
+// uploadTxnIndex uploads the aborted-transaction entries of seg's part
+// meta covers (if it has any) and records them in meta.
 func (t *Tier) uploadTxnIndex(ctx context.Context, pk PartitionKey, lp *log.Partition, seg log.SegmentInfo, meta *SegmentMeta) error {
 	meta.TxnIndexBytes, meta.TxnIndexCRC32C = 0, 0
-	if seg.TxnIndexPath == "" {
-		return nil
-	}
-	es, err := lp.SegmentAbortedTxns(seg.Base)
+	es, err := segmentAborted(lp, seg, meta.Base)
 	if err != nil || len(es) == 0 {
 		return err
 	}
@@ -49,13 +46,27 @@ func (t *Tier) uploadTxnIndex(ctx context.Context, pk PartitionKey, lp *log.Part
 	return nil
 }
 
-// localTxnIndex is the size and CRC-32C of the encoding of a local
-// segment's entries (0, 0 if none), computed without building it.
-func localTxnIndex(lp *log.Partition, s log.SegmentInfo) (int64, uint32, error) {
+// segmentAborted returns local segment s's aborted-transaction entries
+// whose ABORT marker is at or after from: all of them for the segment
+// itself (from is its base), those of the part past from for a segment
+// uploaded from there (uploadSuffix: the earlier markers are in the
+// previous leader's upload).
+func segmentAborted(lp *log.Partition, s log.SegmentInfo, from int64) ([]log.AbortedTxn, error) {
 	if s.TxnIndexPath == "" {
-		return 0, 0, nil
+		return nil, nil
 	}
 	es, err := lp.SegmentAbortedTxns(s.Base)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(es, func(a log.AbortedTxn) bool { return a.LastOffset < from }), nil
+}
+
+// localTxnIndex is the size and CRC-32C of the encoding of a local
+// segment's entries from offset from (0, 0 if none), computed without
+// building it.
+func localTxnIndex(lp *log.Partition, s log.SegmentInfo, from int64) (int64, uint32, error) {
+	es, err := segmentAborted(lp, s, from)
 	if err != nil || len(es) == 0 {
 		return 0, 0, err
 	}
@@ -68,10 +79,15 @@ func localTxnIndex(lp *log.Partition, s log.SegmentInfo) (int64, uint32, error) 
 }
 
 // committedSegment returns the manifest's entry for local segment s, if it
-// names it (same offsets and size).
+// names it (same offsets and size), or names its tail (a segment a new
+// leader uploaded from the bucket's end on: uploadSuffix).
 func committedSegment(m *Manifest, s log.SegmentInfo) (int, bool) {
 	i, ok := slices.BinarySearchFunc(m.Segments, s.Base, func(sm SegmentMeta, base int64) int { return cmp.Compare(sm.Base, base) })
-	return i, ok && m.Segments[i].Next == s.Next && m.Segments[i].Size == s.Size
+	if ok {
+		return i, m.Segments[i].Next == s.Next && m.Segments[i].Size == s.Size
+	}
+	// i: the first entry above s.Base.
+	return i, i < len(m.Segments) && m.Segments[i].Base < s.Next && m.Segments[i].Next == s.Next && m.Segments[i].Size < s.Size
 }
 
 // refreshTxnIndexes re-uploads the aborted-transaction entries of segments
@@ -89,7 +105,7 @@ func (t *Tier) refreshTxnIndexes(ctx context.Context, pk PartitionKey, lp *log.P
 		if !ok {
 			continue
 		}
-		size, crc, err := localTxnIndex(lp, s)
+		size, crc, err := localTxnIndex(lp, s, m.Segments[i].Base)
 		if err != nil {
 			return m, err
 		}
@@ -124,7 +140,7 @@ func (t *Tier) txnIndexUploaded(m *Manifest, s log.SegmentInfo, lp *log.Partitio
 	if !ok {
 		return s.Next <= lp.LogStartOffset() // released for retention, not for the bucket
 	}
-	size, crc, err := localTxnIndex(lp, s)
+	size, crc, err := localTxnIndex(lp, s, m.Segments[i].Base)
 	return err == nil && size == m.Segments[i].TxnIndexBytes && (size == 0 || crc == m.Segments[i].TxnIndexCRC32C)
 }
 

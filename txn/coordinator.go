@@ -72,6 +72,20 @@ type Config struct {
 	Pending func(group string, pid int64, parts []TP, pending bool)
 	// PartitionExists reports whether a topic partition exists.
 	PartitionExists func(topic string, partition int32) bool
+
+	// Append writes one batch of the transaction log and returns the
+	// offset after it; Wait returns once the log is durable (in a
+	// cluster: held by the ISR) up to next. By default they are the
+	// log's Append and WaitDurable. A cluster's hooks write only while
+	// this broker leads the log at the epoch the coordinator opened at.
+	Append func(b []byte) (next int64, err error)
+	Wait   func(next int64) error
+	// DecideFirst makes an end wait until its decision (the Prepare
+	// record) is durable before any marker is written. One broker needs
+	// no wait (a marker found after a crash is the evidence of the
+	// decision, MarkerSince); in a cluster the markers land on other
+	// brokers, where a new coordinator does not look for them.
+	DecideFirst bool
 }
 
 func (c *Config) setDefaults() {
@@ -105,6 +119,25 @@ func (c *Config) setDefaults() {
 	if c.PartitionExists == nil {
 		c.PartitionExists = func(string, int32) bool { return true }
 	}
+}
+
+// appendBatch and wait are Config.Append and Config.Wait, or the log's own.
+func (c *Coordinator) appendBatch(b []byte) (int64, error) {
+	if c.cfg.Append != nil {
+		return c.cfg.Append(b)
+	}
+	res, err := c.log.Append(b)
+	if err != nil {
+		return 0, err
+	}
+	return res.LastOffset + 1, nil
+}
+
+func (c *Coordinator) wait(next int64) error {
+	if c.cfg.Wait != nil {
+		return c.cfg.Wait(next)
+	}
+	return c.log.WaitDurable(next)
 }
 
 // LogConfig is the transaction log's configuration: records are never
@@ -285,11 +318,11 @@ func offsetTPs(offs map[TP]Offset) []TP {
 // append writes recs as one batch and waits until it is durable.
 func (c *Coordinator) append(recs []recordlog.Record) error {
 	b := recordlog.Encode(recs, c.cfg.Now())
-	res, err := c.log.Append(b)
+	next, err := c.appendBatch(b)
 	if err != nil {
 		return err
 	}
-	if err := c.log.WaitDurable(res.LastOffset + 1); err != nil {
+	if err := c.wait(next); err != nil {
 		return err
 	}
 	c.sinceCompact.Add(int64(len(b)))
@@ -302,7 +335,7 @@ func (c *Coordinator) persistLocked(t *txn) error {
 	if err := c.persistSoonLocked(t); err != nil {
 		return err
 	}
-	return c.log.WaitDurable(t.logEnd)
+	return c.wait(t.logEnd)
 }
 
 // persistSoonLocked writes t's state without waiting for it to be durable
@@ -319,11 +352,11 @@ func (c *Coordinator) persistLocked(t *txn) error {
 func (c *Coordinator) persistSoonLocked(t *txn) error {
 	t.updateMs = c.cfg.Now().UnixMilli()
 	b := recordlog.Encode([]recordlog.Record{encodeRecord(t.id, t.toValue())}, c.cfg.Now())
-	res, err := c.log.Append(b)
+	next, err := c.appendBatch(b)
 	if err != nil {
 		return err
 	}
-	t.logEnd = res.LastOffset + 1
+	t.logEnd = next
 	c.sinceCompact.Add(int64(len(b)))
 	c.changes.Add(1)
 	return nil
@@ -785,7 +818,7 @@ func (c *Coordinator) endLocked(t *txn, commit, bump, fence bool) error {
 	// Every add of the transaction is durable before its decision can be
 	// (the decision is found through the partitions the log lists). With
 	// acks=all batches this waited already: no fsync.
-	if err := c.log.WaitDurable(t.logEnd); err != nil {
+	if err := c.wait(t.logEnd); err != nil {
 		return err
 	}
 	prev := t.meta
@@ -811,7 +844,11 @@ func (c *Coordinator) endLocked(t *txn, commit, bump, fence bool) error {
 	// group-commit round): completeLocked waits for both before anything
 	// else. A crash in between leaves the Prepare record, or a marker, or
 	// neither (then nothing is decided and the client, unanswered, retries).
-	if err := c.persistSoonLocked(t); err != nil {
+	persist := c.persistSoonLocked
+	if c.cfg.DecideFirst {
+		persist = c.persistLocked
+	}
+	if err := persist(t); err != nil {
 		c.restoreLocked(t, prev, prevParts, prevGroups)
 		return err
 	}
@@ -839,7 +876,7 @@ func (c *Coordinator) completeLocked(t *txn, resumed bool) error {
 	}
 	// The decision is durable before any offset is committed or the end
 	// answered (usually synced in the markers' round already).
-	if err := c.log.WaitDurable(t.logEnd); err != nil {
+	if err := c.wait(t.logEnd); err != nil {
 		return fmt.Errorf("transaction log: %w", err)
 	}
 	groups := make([]string, 0, len(t.groups))
@@ -914,7 +951,7 @@ func (c *Coordinator) Produce(id string, pid int64, epoch int16, p TP, appendFn 
 // WaitDurable waits until the transaction log is durable up to logEnd (a
 // transactional batch's acknowledgement waits for the record that added
 // its partition).
-func (c *Coordinator) WaitDurable(logEnd int64) error { return c.log.WaitDurable(logEnd) }
+func (c *Coordinator) WaitDurable(logEnd int64) error { return c.wait(logEnd) }
 
 // Maintain aborts transactions open past their timeout (the producer is
 // fenced: the abort bumps the epoch), finishes ends that failed part way,
