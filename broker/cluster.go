@@ -109,7 +109,10 @@ type cluster struct {
 	txnPart     *partition
 	txnActive   atomic.Int32 // the epoch the open coordinator leads at; -1: none
 	txnCreating atomic.Bool
-	txnGen      atomic.Int64 // counts opens and closes of the coordinator
+	// txnMaintaining: a pass of the coordinator's Maintain runs
+	// (maintainTxns; one at a time).
+	txnMaintaining atomic.Bool
+	txnGen         atomic.Int64 // counts opens and closes of the coordinator
 	peerPool
 
 	pidMu   sync.Mutex

@@ -297,25 +297,35 @@ func (cl *cluster) truncate(f *replicaFetcher, p *partition, epoch int32, off in
 	if !f.owns(p, epoch) {
 		return errStaleFetcher
 	}
-	end, err := p.log.TruncateTo(off)
+	end, err := p.truncateLocked(off)
 	if err != nil {
 		return err
 	}
-	if p.txnSeen.Load() {
+	cl.logger.Info("truncated to the leader's log", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Int64("log_end", end))
+	return nil
+}
+
+// truncateLocked cuts p's log back to off and its producer and
+// transaction state with it; it returns the new log end. p.mu held.
+func (p *partition) truncateLocked(off int64) (int64, error) {
+	end, err := p.log.TruncateTo(off)
+	if err != nil {
+		return end, err
+	}
+	if p.txnSeen.Load() || len(p.txnOpen) > 0 {
 		// Transactions here: what is open depends on which markers
-		// survived the cut. The state is read again from the log (the
-		// aborted index was cut with it).
+		// survived the cut. The state is read again: the durable
+		// snapshot if it is below the cut (taken before segments were
+		// released, it holds the transactions open in them), then the
+		// log after it (the aborted index was cut with it). The result
+		// is saved durably in its place.
 		clear(p.producers)
 		clear(p.txnOpen)
 		p.setFirstOpenLocked()
-		if err := p.replayTxns(p.log.LogStartOffset()); err != nil {
-			return err
+		if err := p.loadProducers(); err != nil {
+			return end, err
 		}
-		if err := os.Remove(filepath.Join(p.log.Dir(), producersFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		cl.logger.Info("truncated to the leader's log", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Int64("log_end", end))
-		return nil
+		return end, p.saveProducersDurableLocked()
 	}
 	for id, st := range p.producers {
 		keep := st.Batches[:0]
@@ -332,10 +342,9 @@ func (cl *cluster) truncate(f *replicaFetcher, p *partition, epoch int32, off in
 	// The producer-state snapshot of a clean close may name batches cut
 	// away: the next open replays the log instead.
 	if err := os.Remove(filepath.Join(p.log.Dir(), producersFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+		return end, err
 	}
-	cl.logger.Info("truncated to the leader's log", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Int64("log_end", end))
-	return nil
+	return end, nil
 }
 
 // errStaleFetcher: the fetcher no longer fetches the partition at that

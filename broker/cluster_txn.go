@@ -41,8 +41,12 @@ import (
 //
 // Partition leaders do not ask the coordinator whether a transactional
 // batch's partition was added (as Kafka before KIP-890's verification):
-// AddPartitionsToTxn is answered only once the add is replicated, so a
-// client that waited for it is covered.
+// AddPartitionsToTxn and AddOffsetsToTxn are answered only once the add is
+// replicated (Config.WaitAdds), so a client that waited for it is covered.
+// That also replicates the previous transaction's Complete record (it is
+// before the add in the log), which an end answers without waiting for: a
+// new coordinator that lost it finishes that end again, and finds its
+// markers already written.
 
 // initTxns makes the transaction log the replicated partition it is in
 // cluster mode.
@@ -81,9 +85,13 @@ func (cl *cluster) syncTxns(leading, with *int32) (retry bool) {
 	if !want || *leading >= 0 {
 		return false
 	}
-	if hw := cl.txnPart.log.HighWatermark(); hw < tr.startOffset {
+	// The coordinator replays the whole log: it opens once the ISR holds
+	// all of it (the followers' first fetches of this epoch, and the
+	// records of a coordinator closed here at this same epoch, which a
+	// failover could still lose).
+	if hw := cl.txnPart.log.HighWatermark(); hw < max(tr.startOffset, cl.txnPart.log.LogEndOffset()) {
 		cl.advanceHW(cl.txnPart)
-		return true // the followers' first fetches of this epoch
+		return true
 	}
 	c, err := txn.Open(cl.txnConfig(tr), cl.s.txnLog, nil)
 	if err != nil {
@@ -117,6 +125,7 @@ func (cl *cluster) txnConfig(role *replicaRole) txn.Config {
 	cfg.LogEnd = func(txn.TP) int64 { return -1 }
 	cfg.MarkerSince = func(int64, txn.TP, int64) (bool, bool) { return false, false }
 	cfg.DecideFirst = true
+	cfg.WaitAdds = true // the partitions' leaders do not wait for this log
 	p, epoch := cl.txnPart, role.epoch
 	truncs := p.log.Truncations()
 	// A coordinator closed and opened again at the same epoch (the group
@@ -135,8 +144,22 @@ func (cl *cluster) txnConfig(role *replicaRole) txn.Config {
 		}
 		return res.LastOffset + 1, nil
 	}
-	cfg.Wait = func(next int64) error { return cl.waitCommitted(p, next, role, truncs, 30*time.Second) }
+	cfg.Wait = func(next int64) error {
+		if cl.txnGen.Load() != gen {
+			return errNotLeader
+		}
+		if err := cl.waitCommitted(p, next, role, truncs, 30*time.Second); err != nil {
+			return err
+		}
+		if cl.txnGen.Load() != gen {
+			return errNotLeader // closed while waiting: the open one answers
+		}
+		return nil
+	}
 	cfg.WriteMarkers = func(pid int64, pe int16, commit bool, parts []txn.TP, _ []int64) error {
+		if cl.txnGen.Load() != gen {
+			return errNotLeader
+		}
 		return cl.sendMarkers(epoch, pid, pe, commit, parts)
 	}
 	return cfg

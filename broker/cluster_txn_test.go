@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"maps"
 	"math"
 	"path/filepath"
 	"slices"
@@ -26,6 +27,9 @@ func TestFollowerKeepsTransactions(t *testing.T) {
 		return &partition{topic: &topic{name: "t"}, log: lp, producers: map[int64]*producerState{}}
 	}
 	leader, follower := open("leader"), open("follower")
+	if err := follower.log.SetReplicated(0); err != nil { // the high watermark is the leader's
+		t.Fatal(err)
+	}
 	produce := func(pid int64, seq int32, vals ...string) {
 		b := txnBatch(pid, 0, seq, 1000, vals)
 		h, err := log.ParseBatchHeader(b)
@@ -80,7 +84,7 @@ func TestFollowerKeepsTransactions(t *testing.T) {
 		if p.txnOpen[1] != 7 || p.txnOpen[3] != 5 || len(p.txnOpen) != 2 {
 			t.Errorf("open transactions: %v, want 1 from 7 and 3 from 5", p.txnOpen)
 		}
-		if lso := p.lastStable(p.log.HighWatermark()); lso != 5 {
+		if lso := p.lastStable(p.log.LogEndOffset()); lso != 5 {
 			t.Errorf("LSO %d, want 5", lso)
 		}
 		got, err := p.log.AbortedTxns(nil, 0, math.MaxInt64)
@@ -95,4 +99,36 @@ func TestFollowerKeepsTransactions(t *testing.T) {
 			t.Errorf("producer 2's last marker: %+v", st)
 		}
 	}
+
+	// A tiering pass's snapshot before a release (transactions are open:
+	// the follower must still know to read them again), then truncations
+	// as a new leader's log makes: the markers cut reopen what they
+	// closed, the aborted index loses what was cut.
+	if err := follower.beforeRelease(); err != nil {
+		t.Fatal(err)
+	}
+	cut := func(off int64, open map[int64]int64, lso int64, aborted []log.AbortedTxn) {
+		t.Helper()
+		follower.mu.Lock()
+		_, err := follower.truncateLocked(off)
+		follower.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(follower.txnOpen, open) {
+			t.Errorf("cut at %d: open transactions %v, want %v", off, follower.txnOpen, open)
+		}
+		if got := follower.lastStable(follower.log.LogEndOffset()); got != lso {
+			t.Errorf("cut at %d: LSO %d, want %d", off, got, lso)
+		}
+		got, err := follower.log.AbortedTxns(nil, 0, math.MaxInt64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, aborted) {
+			t.Errorf("cut at %d: aborted index %+v, want %+v", off, got, aborted)
+		}
+	}
+	cut(6, map[int64]int64{2: 2, 3: 5}, 2, []log.AbortedTxn{{ProducerID: 1, FirstOffset: 0, LastOffset: 4, LastStableOffset: 2}})
+	cut(4, map[int64]int64{1: 0, 2: 2}, 0, nil)
 }

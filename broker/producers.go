@@ -185,16 +185,14 @@ func (p *partition) saveProducers() {
 	}
 }
 
-// saveProducersDurable writes a snapshot that covers the whole log as it is
+// saveProducersDurableLocked writes a snapshot that covers the whole log as it is
 // now: the log end durable, the aborted indexes synced, then the snapshot
-// (atomic), all under p.mu so no append or marker slips in between. The
+// (atomic), all under p.mu (held) so no append or marker slips in between. The
 // tiering step calls it before releasing local segments of a partition that
 // has had transactions: a replay after a crash then starts at or above the
 // new local start, never below it, where the open transactions of released
 // segments could not be seen.
-func (p *partition) saveProducersDurable() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func (p *partition) saveProducersDurableLocked() error {
 	leo := p.log.LogEndOffset()
 	if err := p.log.WaitDurable(leo); err != nil {
 		return err
@@ -211,15 +209,22 @@ func (p *partition) saveProducersDurable() error {
 
 // beforeRelease runs before local segments of p are released to the
 // bucket: with transactions since the last such snapshot, a durable
-// snapshot first (saveProducersDurable).
+// snapshot first (saveProducersDurableLocked).
 func (p *partition) beforeRelease() error {
 	if !p.txnSeen.Load() {
 		return nil
 	}
-	if err := p.saveProducersDurable(); err != nil {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.saveProducersDurableLocked(); err != nil {
 		return err
 	}
-	p.txnSeen.Store(false)
+	if len(p.txnOpen) == 0 {
+		// Cleared only with no transaction open: a follower's truncation
+		// reads the transaction state again while it is set
+		// (cluster.truncate), and an open one's marker may yet be cut.
+		p.txnSeen.Store(false)
+	}
 	return nil
 }
 

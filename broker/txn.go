@@ -202,10 +202,25 @@ func writeMarkers(lookup func(txn.TP) *partition, nowMs int64, leaderEpoch int32
 // maintainTxns aborts timed-out transactions, finishes ends that failed,
 // compacts the transaction log and mirrors it when it changed.
 func (s *Server) maintainTxns(now time.Time) {
-	if s.txnCoord() == nil || s.txnElsewhere() {
+	c := s.txnCoord()
+	if c == nil || s.txnElsewhere() {
 		return // a closed coordinator maintains (and writes) nothing
 	}
-	s.txnCoord().Maintain(now)
+	if cl := s.cl; cl != nil {
+		// Markers go to other brokers and may wait for a slow one
+		// (sendMarkers): off the maintenance loop, one pass at a time.
+		if !cl.txnMaintaining.CompareAndSwap(false, true) {
+			return
+		}
+		cl.wg.Add(1)
+		go func() {
+			defer cl.wg.Done()
+			defer cl.txnMaintaining.Store(false)
+			c.Maintain(now)
+		}()
+		return
+	}
+	c.Maintain(now)
 	if s.cfg.Tier != nil {
 		s.mirrorTxns(s.ctx)
 	}

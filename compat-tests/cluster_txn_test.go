@@ -76,13 +76,11 @@ func TestClusterTransactions(t *testing.T) {
 			outcomes[i] = txnUnknown
 			return err
 		}
-		switch {
-		case commit:
+		// An abort answered is an abort, a produce that failed part way
+		// included: none of its records may be read.
+		outcomes[i] = txnAborted
+		if commit {
 			outcomes[i] = txnCommitted
-		case perr != nil:
-			outcomes[i] = txnUnknown // aborted, but say so from what the reader sees
-		default:
-			outcomes[i] = txnAborted
 		}
 		return nil
 	}

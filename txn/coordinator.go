@@ -86,6 +86,13 @@ type Config struct {
 	// decision, MarkerSince); in a cluster the markers land on other
 	// brokers, where a new coordinator does not look for them.
 	DecideFirst bool
+	// WaitAdds makes AddPartitionsToTxn and AddOffsetsToTxn answer only
+	// once their record is durable. One broker needs no wait (Produce's
+	// acknowledgement waits for the transaction log, and an open
+	// transaction no durable record holds is aborted at start); in a
+	// cluster the partitions' leaders do not wait for the coordinator's
+	// log, so a client must not produce before its add is replicated.
+	WaitAdds bool
 }
 
 func (c *Config) setDefaults() {
@@ -362,6 +369,15 @@ func (c *Coordinator) persistSoonLocked(t *txn) error {
 	return nil
 }
 
+// persistAddLocked writes an add (AddPartitions, AddOffsets): waited for
+// with WaitAdds only. t.mu held.
+func (c *Coordinator) persistAddLocked(t *txn) error {
+	if c.cfg.WaitAdds {
+		return c.persistLocked(t)
+	}
+	return c.persistSoonLocked(t)
+}
+
 // lock returns id's state locked, creating it if create; nil if it does
 // not exist (and create is not set) or the coordinator is closed.
 func (c *Coordinator) lock(id string, create bool) *txn {
@@ -550,10 +566,7 @@ func (c *Coordinator) forgetLocked(t *txn) {
 func (c *Coordinator) check(id string, pid int64, epoch int16) (*txn, *kerr.Error) {
 	t := c.lock(id, false)
 	if t == nil {
-		c.mu.Lock()
-		closed := c.closed
-		c.mu.Unlock()
-		if closed {
+		if c.isClosed() {
 			return nil, kerr.NotCoordinator
 		}
 		return nil, kerr.InvalidProducerIDMapping
@@ -567,6 +580,12 @@ func (c *Coordinator) check(id string, pid int64, epoch int16) (*txn, *kerr.Erro
 		return nil, kerr.ProducerFenced
 	}
 	return t, nil
+}
+
+func (c *Coordinator) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 // beginLocked makes t's transaction Ongoing if it is not yet (the first
@@ -654,11 +673,12 @@ func (c *Coordinator) AddPartitions(id string, pid int64, epoch int16, parts []T
 			t.partitions[p] = c.cfg.LogEnd(p)
 		}
 	}
-	// Not waited for: a batch of the transaction is acknowledged only once
-	// the transaction log is durable up to here (Produce's wait offset),
-	// and whatever a crash leaves on a partition that no durable record
-	// added is aborted at the next start (AbortUnheld).
-	if err := c.persistSoonLocked(t); err != nil {
+	// Not waited for on one broker: a batch of the transaction is
+	// acknowledged only once the transaction log is durable up to here
+	// (Produce's wait offset), and whatever a crash leaves on a partition
+	// that no durable record added is aborted at the next start
+	// (AbortUnheld). Waited for in a cluster (WaitAdds).
+	if err := c.persistAddLocked(t); err != nil {
 		c.restoreLocked(t, prev, prevParts, prevGroups)
 		return nil, kerr.CoordinatorNotAvailable
 	}
@@ -691,7 +711,7 @@ func (c *Coordinator) AddOffsets(id string, pid int64, epoch int16, group string
 	}
 	groups[group] = map[TP]Offset{}
 	t.groups = groups
-	if err := c.persistSoonLocked(t); err != nil { // the TxnOffsetCommit that follows waits
+	if err := c.persistAddLocked(t); err != nil { // the TxnOffsetCommit that follows waits
 		c.restoreLocked(t, prev, prevParts, prevGroups)
 		return kerr.CoordinatorNotAvailable
 	}
@@ -754,6 +774,9 @@ func (c *Coordinator) TxnOffsetCommit(id string, pid int64, epoch int16, group s
 func (c *Coordinator) EndTxn(id string, pid int64, epoch int16, commit, bump bool) (int64, int16, *kerr.Error) {
 	t := c.lock(id, false)
 	if t == nil {
+		if c.isClosed() {
+			return -1, -1, kerr.NotCoordinator // moved: the client looks again
+		}
 		return -1, -1, kerr.InvalidProducerIDMapping
 	}
 	defer t.mu.Unlock()

@@ -309,3 +309,68 @@ func TestTimeoutExpiryAndSnapshot(t *testing.T) {
 		t.Fatalf("restored ids: %+v", l)
 	}
 }
+
+// TestWaitAdds: with WaitAdds (a cluster) an add is answered only once the
+// log holds it; a failed wait answers COORDINATOR_NOT_AVAILABLE and leaves
+// the transaction as it was. A closed coordinator answers NOT_COORDINATOR,
+// EndTxn included (the client looks for the new one).
+func TestWaitAdds(t *testing.T) {
+	f := &fakeBroker{}
+	now := time.UnixMilli(1_700_000_000_000)
+	store := log.OpenStore(log.Options{Logger: zaptest.NewLogger(t)})
+	defer store.Close()
+	lp, err := store.OpenPartition(filepath.Join(t.TempDir(), "__transactions"), LogConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lp.Close()
+	var mu sync.Mutex
+	waits, failWait := 0, false
+	cfg := f.config(t, func() time.Time { return now })
+	cfg.WaitAdds = true
+	cfg.Wait = func(next int64) error {
+		mu.Lock()
+		defer mu.Unlock()
+		waits++
+		if failWait {
+			return errors.New("not the leader any more")
+		}
+		return lp.WaitDurable(next)
+	}
+	c, err := Open(cfg, lp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Recover()
+	pid, epoch := mustInit(t, c, "a")
+	count := func() int { mu.Lock(); defer mu.Unlock(); return waits }
+	before := count()
+	if _, err := c.AddPartitions("a", pid, epoch, []TP{{"t", 0}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddOffsets("a", pid, epoch, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if got := count() - before; got != 2 {
+		t.Fatalf("%d waits for two adds, want 2", got)
+	}
+	mu.Lock()
+	failWait = true
+	mu.Unlock()
+	if _, err := c.AddPartitions("a", pid, epoch, []TP{{"t", 1}}, false); err != kerr.CoordinatorNotAvailable {
+		t.Fatalf("add with the wait failing: %v, want COORDINATOR_NOT_AVAILABLE", err)
+	}
+	if _, err := c.Produce("a", pid, epoch, TP{"t", 1}, func() error { return nil }); err == nil {
+		t.Fatal("produce to a partition whose add failed was let through")
+	}
+	if _, err := c.Produce("a", pid, epoch, TP{"t", 0}, func() error { return nil }); err != nil {
+		t.Fatalf("produce to the partition added before: %v", err)
+	}
+	c.Close()
+	if _, _, err := c.EndTxn("a", pid, epoch, true, false); err != kerr.NotCoordinator {
+		t.Fatalf("EndTxn on a closed coordinator: %v, want NOT_COORDINATOR", err)
+	}
+	if _, err := c.AddPartitions("a", pid, epoch, []TP{{"t", 0}}, false); err != kerr.NotCoordinator {
+		t.Fatalf("AddPartitions on a closed coordinator: %v, want NOT_COORDINATOR", err)
+	}
+}
