@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // A cluster over one bucket: versitygw (VERSITYGW_BIN, installed by make
@@ -402,9 +403,20 @@ func TestClusterDisasterRestore(t *testing.T) {
 			t.Errorf("partition %d restored at leader epoch %d, not above %d", p, st[p].epoch, epochs[p])
 		}
 	}
-	ends2, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
+	// The brokers' views converge one by one: a broker still reading the
+	// topics from etcd answers retriable errors, as in Kafka while
+	// metadata propagates. Ask until every partition answers.
+	var ends2 kadm.ListedOffsets
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		ends2, err = adm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		retry := false
+		ends2.Each(func(o kadm.ListedOffset) { retry = retry || (o.Err != nil && kerr.IsRetriable(o.Err)) })
+		if !retry || time.Now().After(deadline) {
+			break
+		}
 	}
 	ends2.Each(func(o kadm.ListedOffset) {
 		if o.Err != nil || o.Offset != want[o.Partition] {
