@@ -188,7 +188,9 @@ func (s *Server) cleanOne(c cleanCandidate, km *log.KeyMap, limiter *rate.Limite
 	s.cleanerUploads.RLock() // the orphan sweep aborts no upload of ours meanwhile
 	defer s.cleanerUploads.RUnlock()
 	var bucket tiering.BucketCleanResult
-	if t := s.cfg.Tier; t != nil {
+	// In a cluster only the leader cleans the bucket (its commits are
+	// fenced by its epoch); every replica cleans its own disk.
+	if t := s.cfg.Tier; t != nil && (s.cl == nil || roleOf(c.p).isLeader) {
 		cfg.Below = func(ctx context.Context, km *log.KeyMap, end int64, retain map[int64]bool) (log.CleanStats, error) {
 			if err := os.MkdirAll(s.cleanerTempDir(), 0o755); err != nil {
 				return log.CleanStats{}, err

@@ -49,9 +49,6 @@ func (cl *cluster) createTopic(ctx context.Context, name string, partitions, rf 
 	if err := cl.s.reg.validateTopic(name, partitions, configs); err != nil {
 		return nil, err
 	}
-	if compacted(configs) {
-		return nil, errCompactCluster
-	}
 	if !cl.restoreSettled() {
 		return nil, errRestoring
 	}
@@ -253,10 +250,6 @@ func (s *Server) leaderCode(p *partition) int16 {
 	return code
 }
 
-// errCompactCluster: compaction is not replicated yet (a cleaned leader's
-// segments have offset gaps a follower cannot append yet).
-var errCompactCluster = errors.New("cleanup.policy=compact is not supported in cluster mode yet")
-
 // errUnknownTopic: the topic is not in the cluster's view.
 var errUnknownTopic = errors.New("unknown topic")
 
@@ -288,9 +281,6 @@ var errValidated = errors.New("validated")
 func (s *Server) setTopicConfigs(t *topic, configs map[string]string) error {
 	if s.cl == nil {
 		return s.reg.setConfigs(t, configs)
-	}
-	if compacted(configs) {
-		return errCompactCluster
 	}
 	return s.cl.updateTopic(s.ctx, t, func(info *coord.TopicInfo) error {
 		info.Configs = maps.Clone(configs)

@@ -513,7 +513,8 @@ func (f *replicaFetcher) fetchOnce(ctx context.Context, rc *peerConn, parts map[
 
 // appendReplicated appends a leader's batches as they are: at the
 // offsets the leader gave them (batches this log already has are
-// skipped), with their sequences recorded.
+// skipped), with their sequences recorded. A compacted leader's batches
+// may start past this log's end (the cleaner removed what was between).
 func (cl *cluster) appendReplicated(f *replicaFetcher, p *partition, epoch int32, b []byte) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -538,8 +539,8 @@ func (cl *cluster) appendReplicated(f *replicaFetcher, p *partition, epoch int32
 		if h.NextOffset() <= leo {
 			continue // already here
 		}
-		if h.BaseOffset != leo {
-			return fmt.Errorf("batch at %d, log end %d", h.BaseOffset, leo)
+		if h.BaseOffset < leo {
+			return fmt.Errorf("batch at %d straddles the log end %d", h.BaseOffset, leo)
 		}
 		if err := p.appendFollowedLocked(batch, &h, now); err != nil {
 			return err
@@ -559,7 +560,7 @@ func (p *partition) appendFollowedLocked(batch []byte, h *log.BatchHeader, now i
 	if h.ProducerID >= 0 && h.Transactional() && !h.Control() {
 		p.openTxnLocked(h.ProducerID, h.BaseOffset)
 	}
-	res, err := p.log.Append(batch)
+	res, err := p.log.AppendReplica(batch)
 	if err != nil {
 		return err
 	}

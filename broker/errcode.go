@@ -26,8 +26,6 @@ func (s *Server) errorCode(err error) int16 {
 		return kerr.RequestTimedOut.Code
 	case errors.Is(err, errBadReplicationFactor):
 		return kerr.InvalidReplicationFactor.Code
-	case errors.Is(err, errCompactCluster):
-		return kerr.InvalidConfig.Code
 	case errors.Is(err, log.ErrOffsetOutOfRange), errors.Is(err, log.ErrNotLocal):
 		return kerr.OffsetOutOfRange.Code
 	case errors.Is(err, log.ErrBatchTooLarge):

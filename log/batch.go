@@ -139,6 +139,10 @@ func ParseBatchHeader(b []byte) (BatchHeader, error) {
 // lastOffsetDelta. maxSize (max.message.bytes) caps the batch size; <= 0 means
 // no cap beyond the engine's own. Records are never decompressed.
 func CheckBatch(b []byte, maxSize int) (BatchHeader, error) {
+	return checkBatch(b, maxSize, checkFields)
+}
+
+func checkBatch(b []byte, maxSize int, check func(*BatchHeader) error) (BatchHeader, error) {
 	h, err := ParseBatchHeader(b)
 	if err != nil {
 		return h, err
@@ -152,7 +156,7 @@ func CheckBatch(b []byte, maxSize int) (BatchHeader, error) {
 	if crc := crc32.Checksum(b[crcStart:], castagnoli); crc != h.CRC {
 		return h, fmt.Errorf("%w: crc32c %08x, header says %08x", ErrBatchCorrupt, crc, h.CRC)
 	}
-	if err := checkFields(&h); err != nil {
+	if err := check(&h); err != nil {
 		return h, err
 	}
 	return h, nil

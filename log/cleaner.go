@@ -58,6 +58,7 @@ type cleanerCheckpoint struct {
 
 type cleanerState struct {
 	mu           sync.Mutex // one clean at a time
+	ckMu         sync.Mutex // one checkpoint write at a time
 	firstDirty   atomic.Int64
 	cleanedBelow atomic.Int64
 	horizon      atomic.Int64 // the checkpoint's NextHorizonMs
@@ -79,7 +80,13 @@ func readCleanerCheckpoint(fsys FS, dir string) (cleanerCheckpoint, error) {
 	return ck, nil
 }
 
+// writeCleanerCheckpoint writes the checkpoint. cleaned_below never goes
+// down: a clean and a replica's append with a gap (AppendReplica) may both
+// raise it.
 func (p *Partition) writeCleanerCheckpoint(firstDirty, cleanedBelow int64) error {
+	p.cleaner.ckMu.Lock()
+	defer p.cleaner.ckMu.Unlock()
+	cleanedBelow = max(cleanedBelow, p.cleaner.cleanedBelow.Load())
 	b, err := json.Marshal(cleanerCheckpoint{Version: 1, FirstDirty: firstDirty, CleanedBelow: cleanedBelow, NextHorizonMs: p.cleaner.horizon.Load()})
 	if err != nil {
 		return err

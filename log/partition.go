@@ -2,6 +2,7 @@ package log
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -285,10 +286,30 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 	if err != nil {
 		return AppendResult{}, err
 	}
-	return p.appendChecked(batch, h, cfg)
+	return p.appendChecked(batch, h, cfg, false)
 }
 
-func (p *Partition) appendChecked(batch []byte, h BatchHeader, cfg *Config) (AppendResult, error) {
+// AppendReplica appends a batch of another replica's log (a cluster
+// follower copying its leader) at the offset it has there: its baseOffset,
+// at or past the log end. A cleaned leader's batches may start past the
+// end of the one before and hold fewer records than their offset range
+// (none at all: a header kept for producer state), as the cleaner writes
+// them. The first such batch in a segment marks the segment as one with
+// gaps before it is written (the cleaner checkpoint, fsync'd), so a
+// recovery walks it as it walks a cleaned segment. max.message.bytes is
+// the leader's to apply: the batch is not held to it here.
+func (p *Partition) AppendReplica(batch []byte) (AppendResult, error) {
+	h, err := checkBatch(batch, 0, checkCleanedFields)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	return p.appendChecked(batch, h, p.cfg.Load(), true)
+}
+
+// errReplicaOverlap: AppendReplica of a batch below the log end.
+var errReplicaOverlap = errors.New("log: replicated batch starts below the log end")
+
+func (p *Partition) appendChecked(batch []byte, h BatchHeader, cfg *Config, replica bool) (AppendResult, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -299,6 +320,14 @@ func (p *Partition) appendChecked(batch []byte, h BatchHeader, cfg *Config) (App
 	}
 	seg := p.active
 	base := p.leo.Load()
+	gap := false
+	if replica {
+		if h.BaseOffset < base {
+			return AppendResult{}, fmt.Errorf("%w: batch at %d, log end %d", errReplicaOverlap, h.BaseOffset, base)
+		}
+		gap = h.BaseOffset > base || int64(h.NumRecords) != int64(h.LastOffsetDelta)+1
+		base = h.BaseOffset
+	}
 	if base > math.MaxInt64-int64(h.LastOffsetDelta)-1 {
 		return AppendResult{}, fmt.Errorf("%w: offsets exhausted", ErrInvalidBatch)
 	}
@@ -310,6 +339,18 @@ func (p *Partition) appendChecked(batch []byte, h BatchHeader, cfg *Config) (App
 			return AppendResult{}, err
 		}
 		seg, size = p.active, 0
+	}
+	if replica && base+int64(h.LastOffsetDelta)-seg.base > math.MaxUint32-1 {
+		return AppendResult{}, fmt.Errorf("%w: replicated batch at %d is too far past its segment's base %d", ErrInvalidBatch, base, seg.base)
+	}
+	if gap && !seg.cleaned.Load() {
+		if err := p.writeCleanerCheckpoint(p.cleaner.firstDirty.Load(), seg.base+1); err != nil {
+			if re := asResource("write cleaner checkpoint", err); re != nil {
+				return AppendResult{}, re
+			}
+			return AppendResult{}, p.failLocked("write cleaner checkpoint", err)
+		}
+		seg.cleaned.Store(true)
 	}
 	if p.activeH == nil {
 		hd, err := p.store.cache.acquire(seg, mayWait)

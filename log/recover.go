@@ -345,9 +345,12 @@ func (p *Partition) open() error {
 		seg.idx = &segmentIndex{}
 		segs = append(segs, seg)
 	}
-	for i, seg := range segs {
-		if i < len(segs)-1 && seg.base < ck.CleanedBelow {
-			seg.cleaned.Store(true) // may have been written by the cleaner
+	for _, seg := range segs {
+		if seg.base < ck.CleanedBelow {
+			// May have been written by the cleaner, or (the active
+			// segment) by a replica's appends with gaps (AppendReplica),
+			// or be a cleaned segment a truncation made the last.
+			seg.cleaned.Store(true)
 		}
 	}
 	for i, seg := range segs {

@@ -335,6 +335,13 @@ func (p *Partition) TruncateTo(off int64) (int64, error) {
 		seg.lastTime = seg.idx.times[len(seg.idx.times)-1].ts
 	}
 	seg.mu.Unlock()
+	if err == nil && seg.cleaned.Load() && res.end == pos && res.next >= seg.base && res.next < cut {
+		// A cleaned segment: the batch at the cut starts past the end of
+		// the one before (the offsets between were cleaned away). The log
+		// ends where the kept batches do, at or below off, so the leader
+		// is asked again for what follows.
+		cut = res.next
+	}
 	if err != nil || res.end != pos || res.next != cut {
 		if err == nil {
 			err = fmt.Errorf("rescan ends at %d (offset %d), expected %d (offset %d)", res.end, res.next, pos, cut)
@@ -357,7 +364,9 @@ func (p *Partition) TruncateTo(off int64) (int64, error) {
 	p.dur.Store(&m)
 	p.rep.leoMark.Store(&m)
 	p.wakeReplicas()
-	if hw := p.hw.Load(); hw.off == cut {
+	if hw := p.hw.Load(); hw.off >= cut {
+		// At the cut, or inside the cleaned gap before it: no batch lies
+		// between the new end and the high watermark.
 		p.hw.Store(&m)
 	}
 	p.stableMark.Store(nil)

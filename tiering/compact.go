@@ -51,8 +51,13 @@ func (t *Tier) replaceWithLocal(ctx context.Context, pk PartitionKey, lp *log.Pa
 		i = 0
 	}
 	if !ok {
-		t.repeat.Warn("cleaned local segment does not line up with the bucket's segments: kept local only",
-			zap.String("partition", pk.dir()), zap.Int64("base_offset", seg.Base), zap.Int64("next_offset", seg.Next))
+		if t.committer == nil {
+			t.repeat.Warn("cleaned local segment does not line up with the bucket's segments: kept local only",
+				zap.String("partition", pk.dir()), zap.Int64("base_offset", seg.Base), zap.Int64("next_offset", seg.Next))
+		}
+		// (Fenced: a replica's segments end where its own rolls fell, not
+		// the uploader's. The bucket's copy stays, cleaned by CleanBucket
+		// once the local one is released.)
 		return m, nil
 	}
 	gen := m.Gen + 1
@@ -224,6 +229,9 @@ func (t *Tier) cleanBucketGroup(ctx context.Context, pk PartitionKey, g []Segmen
 		}
 	}
 	meta := SegmentMeta{Base: out.Base, Next: out.Next, Size: out.Size, MaxTimestamp: out.MaxTimestamp, Gen: m.Gen + 1, Cleaned: true}
+	if err := t.fence(pk, &meta); err != nil { // the epoch in its keys (fenced tiering)
+		return false, out.Stats, err
+	}
 	if err := t.putCleaned(ctx, pk, f, out, &meta); err != nil {
 		t.errs.Add(1)
 		return false, out.Stats, err

@@ -252,12 +252,15 @@ func (t *Tier) fence(pk PartitionKey, meta *SegmentMeta) error {
 // releasable is Manifest.Releasable, or with fenced tiering: the
 // committed manifest covers the segment's offsets. The manifest is the
 // leader's of this same replicated log, so offsets are the proof; the
-// boundaries are the leader's rolls, not this replica's.
+// boundaries are the leader's rolls, not this replica's. A segment this
+// replica's cleaner rewrote is released too: the bucket holds the same
+// offsets, as the leader's cleaner left them or not yet cleaned (a log
+// compaction only ever shortens, and the bucket's own clean follows).
 func (t *Tier) releasable(m *Manifest, s log.SegmentInfo, lp *log.Partition) bool {
 	if t.committer == nil || s.Next <= lp.LogStartOffset() {
 		return m.Releasable(s, lp.LogStartOffset())
 	}
-	return len(m.Segments) > 0 && max(s.Base, lp.LogStartOffset()) >= m.Segments[0].Base && s.Next <= m.Next() && !s.Cleaned
+	return len(m.Segments) > 0 && max(s.Base, lp.LogStartOffset()) >= m.Segments[0].Base && s.Next <= m.Next()
 }
 
 // uploadSuffix uploads the batches of local segment seg from offset from
@@ -265,7 +268,7 @@ func (t *Tier) releasable(m *Manifest, s log.SegmentInfo, lp *log.Partition) boo
 // segment of its own. It carries no remote indexes: cold reads of it scan
 // from its start.
 func (t *Tier) uploadSuffix(ctx context.Context, pk PartitionKey, lp *log.Partition, seg log.SegmentInfo, from int64) (SegmentMeta, error) {
-	meta := SegmentMeta{Base: from, Next: seg.Next, MaxTimestamp: seg.MaxTimestamp}
+	meta := SegmentMeta{Base: from, Next: seg.Next, MaxTimestamp: seg.MaxTimestamp, Cleaned: seg.Cleaned}
 	if err := t.fence(pk, &meta); err != nil {
 		return meta, err
 	}
@@ -294,7 +297,9 @@ func (t *Tier) uploadSuffix(ctx context.Context, pk PartitionKey, lp *log.Partit
 }
 
 // batchPosition finds the position of the batch starting at offset in a
-// sealed segment, walking batch headers from the segment's start.
+// sealed segment, walking batch headers from the segment's start. In a
+// cleaned segment the batch may be gone: the first batch past offset (or
+// the segment's end) is where its offsets continue.
 func batchPosition(r io.ReaderAt, seg log.SegmentInfo, offset int64) (int64, error) {
 	var hb [log.BatchHeaderSize]byte
 	for pos := int64(0); pos < seg.Size; {
@@ -306,12 +311,15 @@ func batchPosition(r io.ReaderAt, seg log.SegmentInfo, offset int64) (int64, err
 			return 0, fmt.Errorf("batch header at %d: %w", pos, err)
 		}
 		switch {
-		case h.BaseOffset == offset:
+		case h.BaseOffset == offset, h.BaseOffset > offset && seg.Cleaned:
 			return pos, nil
 		case h.BaseOffset > offset || h.LastOffset() >= offset:
 			return 0, fmt.Errorf("offset %d is not a batch boundary here (batch [%d, %d] at %d)", offset, h.BaseOffset, h.LastOffset(), pos)
 		}
 		pos += int64(h.Length)
+	}
+	if seg.Cleaned {
+		return seg.Size, nil // cleaned away to the segment's end
 	}
 	return 0, fmt.Errorf("offset %d not found", offset)
 }
