@@ -276,6 +276,12 @@ func (f *replicaFetcher) truncateAll(ctx context.Context, rc *peerConn, parts ma
 					target = min(target, localEnd)
 				}
 			}
+			// Never below this replica's high watermark: what lies below
+			// it is committed, and a leader elected from the ISR holds it.
+			// The leader's answer comes from its batch headers and falls
+			// below it when the batches of that epoch were cleaned away
+			// (a compacted topic) or are only in the bucket.
+			target = max(target, min(a.p.log.HighWatermark(), a.p.log.LogEndOffset()))
 			if target < a.p.log.LogEndOffset() {
 				if err := f.cl.truncate(f, a.p, a.epoch, target); err != nil {
 					f.cl.logger.Error("truncate", zap.String("topic", a.p.topic.name), zap.Int32("partition", a.p.index), zap.Error(err))

@@ -48,9 +48,13 @@ func TestClusterAddBroker(t *testing.T) {
 	if replicas < 4 || leads < 1 {
 		t.Fatalf("broker %d, added, holds %d replicas and leads %d partitions after 90 s", id, replicas, leads)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	lr, err := adm.ListPartitionReassignments(ctx, kadm.TopicsSet{topic: {}})
+	// Each call its own deadline: the waits between them may be long.
+	call := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	lr, err := adm.ListPartitionReassignments(call(), kadm.TopicsSet{topic: {}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +66,7 @@ func TestClusterAddBroker(t *testing.T) {
 	// An operator's move (kafka-reassign-partitions): partition 0 onto
 	// brokers 3, 2, 1.
 	target := []int32{3, 2, 1}
-	if _, err := adm.AlterPartitionAssignments(ctx, kadm.AlterPartitionAssignmentsReq{topic: {0: target}}); err != nil {
+	if _, err := adm.AlterPartitionAssignments(call(), kadm.AlterPartitionAssignmentsReq{topic: {0: target}}); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
@@ -76,7 +80,7 @@ func TestClusterAddBroker(t *testing.T) {
 	}
 	// ElectLeaders: the first replica (3) leads partition 0 at once, or
 	// already does (the controller's own pass).
-	res, err := adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{topic: {0: {}}})
+	res, err := adm.ElectLeaders(call(), kadm.ElectPreferredReplica, kadm.TopicsSet{topic: {0: {}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +96,7 @@ func TestClusterAddBroker(t *testing.T) {
 			t.Fatalf("partition 0 not led by its first replica 3 after ElectLeaders: %+v", st[0])
 		}
 	}
-	if res, err := adm.ElectLeaders(ctx, kadm.ElectLiveReplica, kadm.TopicsSet{topic: {0: {}}}); err != nil || !errors.Is(res[topic][0].Err, kerr.ElectionNotNeeded) {
+	if res, err := adm.ElectLeaders(call(), kadm.ElectLiveReplica, kadm.TopicsSet{topic: {0: {}}}); err != nil || !errors.Is(res[topic][0].Err, kerr.ElectionNotNeeded) {
 		t.Fatalf("an unclean election of a led partition: %v, %v; want ELECTION_NOT_NEEDED", res, err)
 	}
 }
