@@ -182,8 +182,23 @@ func searchEpochEnd(lp *log.Partition, e int32, start, end int64) (int32, int64,
 			lo = mid + 1
 		}
 	}
+	next := lo
+	if lo < end {
+		// A compacted log may have a gap before the batch above e (its
+		// first batches cleaned away): epoch e+1 starts at most at that
+		// batch. Answering the gap's start would send a follower below
+		// what the ISR holds, and a fetch would find it diverging forever.
+		var base int64 = -1
+		if err := scanHeaders(lp, lo, func(h *log.BatchHeader) bool {
+			base = h.BaseOffset
+			return false
+		}); err != nil {
+			return 0, 0, err
+		}
+		next = max(lo, base)
+	}
 	if lo == start {
-		return e, lo, nil // no batch of e or older left
+		return e, next, nil // no batch of e or older left
 	}
 	floor, ok, err := epochAt(lo - 1)
 	if err != nil {
@@ -192,5 +207,5 @@ func searchEpochEnd(lp *log.Partition, e int32, start, end int64) (int32, int64,
 	if !ok || floor < 0 || floor > e {
 		floor = e // unstamped batches (-1): no epoch Kafka would have cached
 	}
-	return floor, lo, nil
+	return floor, next, nil
 }
