@@ -156,27 +156,28 @@ func epochEndOffset(lp *log.Partition, rp kmsg.OffsetForLeaderEpochRequestTopicP
 var scanHeaders = (*log.Partition).ScanHeaders
 
 // searchEpochEnd finds, in the local log [start, end), the end of epoch e
-// (below the current one): the first offset whose batch is stamped above e
-// (end when none is), and the epoch of the batch before it.
+// (below the current one): the base offset of the first batch stamped
+// above e (end when none is), and the epoch of the batch before it.
 func searchEpochEnd(lp *log.Partition, e int32, start, end int64) (int32, int64, error) {
-	// Epochs grow along the log: a binary search of batch headers.
-	epochAt := func(off int64) (int32, bool, error) {
-		var ep int32
+	// The batch holding off, or the first after it.
+	batchAt := func(off int64) (log.BatchHeader, bool, error) {
+		var b log.BatchHeader
 		found := false
 		err := scanHeaders(lp, off, func(h *log.BatchHeader) bool {
-			ep, found = h.LeaderEpoch, true
+			b, found = *h, true
 			return false
 		})
-		return ep, found, err
+		return b, found, err
 	}
+	// Epochs grow along the log: a binary search of batch headers.
 	lo, hi := start, end
 	for lo < hi {
 		mid := lo + (hi-lo)/2
-		ep, ok, err := epochAt(mid)
+		h, ok, err := batchAt(mid)
 		if err != nil {
 			return 0, 0, err
 		}
-		if !ok || ep > e {
+		if !ok || h.LeaderEpoch > e {
 			hi = mid
 		} else {
 			lo = mid + 1
@@ -188,22 +189,22 @@ func searchEpochEnd(lp *log.Partition, e int32, start, end int64) (int32, int64,
 		// first batches cleaned away): epoch e+1 starts at most at that
 		// batch. Answering the gap's start would send a follower below
 		// what the ISR holds, and a fetch would find it diverging forever.
-		var base int64 = -1
-		if err := scanHeaders(lp, lo, func(h *log.BatchHeader) bool {
-			base = h.BaseOffset
-			return false
-		}); err != nil {
+		h, ok, err := batchAt(lo)
+		if err != nil {
 			return 0, 0, err
 		}
-		next = max(lo, base)
+		if ok {
+			next = max(lo, h.BaseOffset)
+		}
 	}
 	if lo == start {
 		return e, next, nil // no batch of e or older left
 	}
-	floor, ok, err := epochAt(lo - 1)
+	h, ok, err := batchAt(lo - 1)
 	if err != nil {
 		return 0, 0, err
 	}
+	floor := h.LeaderEpoch
 	if !ok || floor < 0 || floor > e {
 		floor = e // unstamped batches (-1): no epoch Kafka would have cached
 	}

@@ -1,8 +1,6 @@
 package compattests
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
@@ -46,10 +44,8 @@ func TestClusterCompaction(t *testing.T) {
 	c.waitISR(t, topic, 3, 20*time.Second)
 
 	var mu sync.Mutex
-	sent := map[string]bool{}
-	acked := map[string]int64{}
-	ackedVal := map[int64]sentRec{}
-	total, failed := 0, 0
+	led := newCompactLedger()
+	failed := 0
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -69,15 +65,8 @@ func TestClusterCompaction(t *testing.T) {
 				return
 			default:
 			}
-			var rs []*kgo.Record
 			mu.Lock()
-			for range 10 {
-				v := make([]byte, 60)
-				rand.Read(v)
-				key, val := fmt.Sprintf("k%02d", rng.IntN(50)), hex.EncodeToString(v)
-				sent[key+"/"+val] = true
-				rs = append(rs, &kgo.Record{Topic: topic, Key: []byte(key), Value: []byte(val)})
-			}
+			rs := led.records(topic, rng, 10)
 			mu.Unlock()
 			res := cl.ProduceSync(ctx, rs...)
 			mu.Lock()
@@ -86,12 +75,7 @@ func TestClusterCompaction(t *testing.T) {
 					failed++
 					continue
 				}
-				k := string(r.Record.Key)
-				if cur, ok := acked[k]; !ok || r.Record.Offset > cur {
-					acked[k] = r.Record.Offset
-				}
-				ackedVal[r.Record.Offset] = sentRec{k, string(r.Record.Value)}
-				total++
+				led.ack(r.Record)
 			}
 			mu.Unlock()
 			if ctx.Err() != nil {
@@ -147,8 +131,8 @@ func TestClusterCompaction(t *testing.T) {
 		t.Helper()
 		mu.Lock()
 		defer mu.Unlock()
-		checkCompactedAcked(t, c.seeds()[0], topic, sent, acked, ackedVal)
-		t.Logf("%s: %d records acknowledged (%d failed), every key's latest read back", when, total, failed)
+		checkCompactedAcked(t, c.seeds()[0], topic, led)
+		t.Logf("%s: %d records acknowledged (%d failed), every key's latest read back", when, led.total, failed)
 	}
 
 	time.Sleep(2 * time.Second)

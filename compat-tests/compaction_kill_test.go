@@ -43,6 +43,43 @@ type sentRec struct {
 	key, val string
 }
 
+// compactLedger records what a keyed workload on a compacted topic sent
+// and what was acknowledged where, for checkCompactedAcked.
+type compactLedger struct {
+	sent     map[string]bool   // key/value pairs ever sent
+	acked    map[string]int64  // key -> offset of its latest acknowledged record
+	ackedVal map[int64]sentRec // offset -> what was acknowledged there
+	total    int               // records acknowledged
+}
+
+func newCompactLedger() *compactLedger {
+	return &compactLedger{sent: map[string]bool{}, acked: map[string]int64{}, ackedVal: map[int64]sentRec{}}
+}
+
+// records returns n records for topic, each with one of 50 keys and a
+// random value, noted as sent.
+func (l *compactLedger) records(topic string, rng *mrand.Rand, n int) []*kgo.Record {
+	rs := make([]*kgo.Record, 0, n)
+	for range n {
+		v := make([]byte, 60)
+		rand.Read(v)
+		key, val := fmt.Sprintf("k%02d", rng.IntN(50)), hex.EncodeToString(v)
+		l.sent[key+"/"+val] = true
+		rs = append(rs, &kgo.Record{Topic: topic, Key: []byte(key), Value: []byte(val)})
+	}
+	return rs
+}
+
+// ack notes an acknowledged record at its offset.
+func (l *compactLedger) ack(r *kgo.Record) {
+	k := string(r.Key)
+	if cur, ok := l.acked[k]; !ok || r.Offset > cur {
+		l.acked[k] = r.Offset
+	}
+	l.ackedVal[r.Offset] = sentRec{k, string(r.Value)}
+	l.total++
+}
+
 func compactionKillLoop(t *testing.T, b *synapseBroker, bucket bool) {
 	ctx := testCtx(t, 3*time.Minute)
 	admin, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()))
@@ -61,11 +98,8 @@ func compactionKillLoop(t *testing.T, b *synapseBroker, bucket bool) {
 		t.Fatal(err)
 	}
 	rng := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 2))
-	sent := map[string]bool{}       // key/value pairs ever sent
-	acked := map[string]int64{}     // key -> offset of its latest acknowledged record
-	ackedVal := map[int64]sentRec{} // offset -> what was acknowledged there
+	led := newCompactLedger()
 	var cleans, bucketSegs float64
-	total := 0
 	for round := 0; round < 6; round++ {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ProducerLinger(0), kgo.RecordRetries(3))
 		if err != nil {
@@ -73,23 +107,9 @@ func compactionKillLoop(t *testing.T, b *synapseBroker, bucket bool) {
 		}
 		killAt := time.Now().Add(time.Duration(400+rng.IntN(800)) * time.Millisecond)
 		for time.Now().Before(killAt) {
-			var rs []*kgo.Record
-			for i := 0; i < 10; i++ {
-				v := make([]byte, 60)
-				rand.Read(v)
-				key := fmt.Sprintf("k%02d", rng.IntN(50))
-				val := hex.EncodeToString(v)
-				sent[key+"/"+val] = true
-				rs = append(rs, &kgo.Record{Topic: topic, Key: []byte(key), Value: []byte(val)})
-			}
-			for _, r := range cl.ProduceSync(ctx, rs...) {
+			for _, r := range cl.ProduceSync(ctx, led.records(topic, rng, 10)...) {
 				if r.Err == nil {
-					k := string(r.Record.Key)
-					if cur, ok := acked[k]; !ok || r.Record.Offset > cur {
-						acked[k] = r.Record.Offset
-					}
-					ackedVal[r.Record.Offset] = sentRec{k, string(r.Record.Value)}
-					total++
+					led.ack(r.Record)
 				}
 			}
 		}
@@ -98,7 +118,7 @@ func compactionKillLoop(t *testing.T, b *synapseBroker, bucket bool) {
 		bucketSegs += metricValue(t, b, "synapse_cleaner_bucket_segments_total")
 		b.Kill9(t)
 		b.Start(t)
-		checkCompactedAcked(t, b.Addr(), topic, sent, acked, ackedVal)
+		checkCompactedAcked(t, b.Addr(), topic, led)
 	}
 	if cleans == 0 {
 		t.Fatal("the cleaner never completed a clean between kills")
@@ -106,10 +126,10 @@ func compactionKillLoop(t *testing.T, b *synapseBroker, bucket bool) {
 	if bucket && bucketSegs == 0 {
 		t.Fatal("no segment was compacted in the bucket between kills")
 	}
-	t.Logf("%d records acknowledged for %d keys over 6 kills; %v cleans, %v bucket segments swapped; 0 lost", total, len(acked), cleans, bucketSegs)
+	t.Logf("%d records acknowledged for %d keys over 6 kills; %v cleans, %v bucket segments swapped; 0 lost", led.total, len(led.acked), cleans, bucketSegs)
 }
 
-func checkCompactedAcked(t *testing.T, addr, topic string, sent map[string]bool, acked map[string]int64, ackedVal map[int64]sentRec) {
+func checkCompactedAcked(t *testing.T, addr, topic string, led *compactLedger) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -121,15 +141,15 @@ func checkCompactedAcked(t *testing.T, addr, topic string, sent map[string]bool,
 		}
 		off = r.Offset
 		k, v := string(r.Key), string(r.Value)
-		if !sent[k+"/"+v] {
+		if !led.sent[k+"/"+v] {
 			t.Fatalf("offset %d: %s=%s was never sent", r.Offset, k, v)
 		}
-		if a, ok := ackedVal[r.Offset]; ok && a != (sentRec{k, v}) {
+		if a, ok := led.ackedVal[r.Offset]; ok && a != (sentRec{k, v}) {
 			t.Fatalf("offset %d: read %s=%s, acknowledged %s=%s", r.Offset, k, v, a.key, a.val)
 		}
 		last[k] = r.Offset
 	})
-	for k, off := range acked {
+	for k, off := range led.acked {
 		if l, ok := last[k]; !ok || l < off {
 			t.Fatalf("key %s: latest acknowledged at offset %d, latest read at %d (present %v)", k, off, l, ok)
 		}

@@ -3,6 +3,8 @@ package log
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -29,11 +31,7 @@ func TestAppendReplicaCleaned(t *testing.T) {
 	const dir = "/data/r-0"
 	cfg := Config{SegmentBytes: 1100, IndexIntervalBytes: 150} // rolls where the leader's do not
 	p := mustOpen(t, s, dir, cfg)
-	var bases []int64
-	for base := range newer {
-		bases = append(bases, base)
-	}
-	slices.Sort(bases)
+	bases := slices.Sorted(maps.Keys(newer))
 	gaps := 0
 	for i, base := range bases {
 		if i > 0 {
@@ -55,19 +53,7 @@ func TestAppendReplicaCleaned(t *testing.T) {
 	if err := p.WaitDurable(p.LogEndOffset()); err != nil {
 		t.Fatal(err)
 	}
-	check := func(p *Partition, when string) {
-		t.Helper()
-		got := readLog(t, p)
-		if len(got) != len(bases) {
-			t.Fatalf("%s: %d batches, want %d", when, len(got), len(bases))
-		}
-		for i, lb := range got {
-			if lb.h.BaseOffset != bases[i] || !bytes.Equal(lb.b, newer[bases[i]]) {
-				t.Fatalf("%s: batch %d at %d differs from the leader's at %d", when, i, lb.h.BaseOffset, bases[i])
-			}
-		}
-	}
-	check(p, "copied")
+	checkCopy(t, p, bases, newer, "copied")
 	if len(p.SealedSegments()) < 2 {
 		t.Fatalf("%d sealed segments: the copy did not roll", len(p.SealedSegments()))
 	}
@@ -103,7 +89,7 @@ func TestAppendReplicaCleaned(t *testing.T) {
 		if p2.LogEndOffset() != end {
 			t.Fatalf("log end %d after the crash, want %d", p2.LogEndOffset(), end)
 		}
-		check(p2, "after a crash")
+		checkCopy(t, p2, bases, newer, "after a crash")
 		checkVerify(t, clone, dir)
 		b := buildBatch(t, []trec{{key: []byte("k"), value: []byte("v"), ts: 1}}, CodecNone, -1, -1, -1, 0)
 		res, err := p2.Append(b)
@@ -135,11 +121,7 @@ func TestAppendReplicaCleaned(t *testing.T) {
 // batches from there copy in again to the same log.
 func TestTruncateCleaned(t *testing.T) {
 	_, newer := referenceClean(t)
-	var bases []int64
-	for base := range newer {
-		bases = append(bases, base)
-	}
-	slices.Sort(bases)
+	bases := slices.Sorted(maps.Keys(newer))
 	type cut struct{ off, want int64 }
 	var cuts []cut
 	if bases[0] > 0 {
@@ -189,15 +171,22 @@ func TestTruncateCleaned(t *testing.T) {
 		if err := p.Commit(p.LogEndOffset()); err != nil {
 			t.Fatal(err)
 		}
-		got := readLog(t, p)
-		if len(got) != len(bases) {
-			t.Fatalf("cut at %d: %d batches after the copy, want %d", c.off, len(got), len(bases))
-		}
-		for i, lb := range got {
-			if lb.h.BaseOffset != bases[i] || !bytes.Equal(lb.b, newer[bases[i]]) {
-				t.Fatalf("cut at %d: batch %d at %d differs from the leader's at %d", c.off, i, lb.h.BaseOffset, bases[i])
-			}
-		}
+		checkCopy(t, p, bases, newer, fmt.Sprintf("cut at %d, copied again", c.off))
 		s.Close()
+	}
+}
+
+// checkCopy reads p's log (to its high watermark) and wants exactly the
+// leader's batches: at the offsets in bases, byte for byte.
+func checkCopy(t *testing.T, p *Partition, bases []int64, leader map[int64][]byte, when string) {
+	t.Helper()
+	got := readLog(t, p)
+	if len(got) != len(bases) {
+		t.Fatalf("%s: %d batches, want %d", when, len(got), len(bases))
+	}
+	for i, lb := range got {
+		if lb.h.BaseOffset != bases[i] || !bytes.Equal(lb.b, leader[bases[i]]) {
+			t.Fatalf("%s: batch %d at %d differs from the leader's at %d", when, i, lb.h.BaseOffset, bases[i])
+		}
 	}
 }
