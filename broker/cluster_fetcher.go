@@ -632,6 +632,7 @@ type peerConn struct {
 	corr   int32
 	client string
 	buf    []byte
+	in     []byte // the last response's bytes: its records point into it
 }
 
 func dialPeer(ctx context.Context, addr, client string) (*peerConn, error) {
@@ -651,7 +652,8 @@ func (rc *peerConn) close() { rc.nc.Close() }
 const maxRawResponse = 64 << 20
 
 // request sends req and reads its response (a deadline of 10 s past the
-// request's own wait).
+// request's own wait). The response's byte fields point into a buffer the
+// next request reuses: done with them before asking again.
 func (rc *peerConn) request(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
 	rc.corr++
 	b := rc.buf[:0]
@@ -688,7 +690,10 @@ func (rc *peerConn) request(ctx context.Context, req kmsg.Request) (kmsg.Respons
 	if corr := int32(binary.BigEndian.Uint32(hdr[4:])); corr != rc.corr {
 		return nil, fmt.Errorf("response correlation id %d, want %d", corr, rc.corr)
 	}
-	body := make([]byte, size-4)
+	if cap(rc.in) < int(size-4) {
+		rc.in = make([]byte, size-4)
+	}
+	body := rc.in[:size-4]
 	if _, err := io.ReadFull(rc.r, body); err != nil {
 		return nil, err
 	}

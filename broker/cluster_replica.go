@@ -16,6 +16,7 @@ import (
 
 	"github.com/synapsebroker/synapse/coord"
 	"github.com/synapsebroker/synapse/log"
+	"github.com/synapsebroker/synapse/tiering"
 )
 
 // The leader's side of replication: followers fetch with Kafka's Fetch
@@ -42,7 +43,11 @@ const (
 	replicaFetchTotalBytes = 16 << 20
 )
 
-// handleReplicaFetch answers a follower's Fetch.
+// handleReplicaFetch answers a follower's Fetch. The records go out as
+// the segment file ranges they are in (sendfile, as a consumer's fetch):
+// a batch read above the high watermark may be cut by a truncation
+// before it is sent, and the follower then finds it short or failing its
+// CRC and fetches again.
 func (cl *cluster) handleReplicaFetch(req *kmsg.FetchRequest) kmsg.Response {
 	rid := req.ReplicaID
 	if req.Version >= 15 {
@@ -56,6 +61,7 @@ func (cl *cluster) handleReplicaFetch(req *kmsg.FetchRequest) kmsg.Response {
 		if bytes > 0 || left <= 0 || len(waitOn) == 0 || cl.ctx.Err() != nil {
 			return resp
 		}
+		resp.release()
 		waitOn = append(waitOn, cl.viewChanged())
 		if cl.s.waitAny(waitOn, left) < 0 {
 			resp, _, _ = cl.replicaFetchOnce(rid, req, false)
@@ -66,8 +72,8 @@ func (cl *cluster) handleReplicaFetch(req *kmsg.FetchRequest) kmsg.Response {
 
 // replicaFetchOnce reads every partition of a replica fetch; record says
 // whether to note the fetch offsets (the first pass of a request).
-func (cl *cluster) replicaFetchOnce(rid int32, req *kmsg.FetchRequest, record bool) (*kmsg.FetchResponse, int64, []<-chan struct{}) {
-	resp := req.ResponseKind().(*kmsg.FetchResponse)
+func (cl *cluster) replicaFetchOnce(rid int32, req *kmsg.FetchRequest, record bool) (*fetchResponse, int64, []<-chan struct{}) {
+	resp := &fetchResponse{FetchResponse: req.ResponseKind().(*kmsg.FetchResponse)}
 	var total int64
 	var waitOn []<-chan struct{}
 	maxTotal := int64(replicaFetchTotalBytes)
@@ -81,6 +87,7 @@ func (cl *cluster) replicaFetchOnce(rid int32, req *kmsg.FetchRequest, record bo
 	for _, rt := range req.Topics {
 		st := kmsg.NewFetchResponseTopic()
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		reads := make([]*log.ReadResult, 0, len(rt.Partitions))
 		name := rt.Topic
 		if req.Version >= 13 {
 			if t := cl.s.reg.getByID(rt.TopicID); t != nil {
@@ -88,89 +95,92 @@ func (cl *cluster) replicaFetchOnce(rid int32, req *kmsg.FetchRequest, record bo
 			}
 		}
 		for _, rp := range rt.Partitions {
-			sp := kmsg.NewFetchResponseTopicPartition()
-			sp.Partition = rp.Partition
-			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
-			sp.PreferredReadReplica = -1
-			p := cl.partitionFor(name, rp.Partition)
-			if p == nil {
-				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-				st.Partitions = append(st.Partitions, sp)
-				continue
+			sp, res, wait := cl.replicaFetchPartition(rid, name, rp, record, maxTotal-total)
+			if res != nil {
+				total += res.Bytes
 			}
-			code, r := cl.leaderCheck(p, rp.CurrentLeaderEpoch)
-			if code == 0 && !slices.Contains(r.replicas, rid) {
-				code = kerr.NotLeaderForPartition.Code // not one of its replicas
-			}
-			if code != 0 {
-				sp.ErrorCode = code
-				st.Partitions = append(st.Partitions, sp)
-				continue
-			}
-			sp.LogStartOffset = p.log.LogStartOffset()
-			if rp.FetchOffset > p.log.LogEndOffset() || rp.FetchOffset < p.log.LogStartOffset() {
-				sp.ErrorCode = kerr.OffsetOutOfRange.Code
-				st.Partitions = append(st.Partitions, sp)
-				continue
-			}
-			if cl.s.cfg.Tier != nil && rp.FetchOffset < p.log.LocalStartOffset() {
-				// Released here, in the bucket: the follower starts over
-				// where the bucket's log ends (rebaseFromBucket).
-				sp.ErrorCode = kerr.OffsetMovedToTieredStorage.Code
-				st.Partitions = append(st.Partitions, sp)
-				continue
-			}
-			if rp.LastFetchedEpoch >= 0 && rp.FetchOffset > p.log.LogStartOffset() {
-				// KIP-320's check: the follower's log must end where this
-				// log's epoch LastFetchedEpoch does, or it diverged (it is
-				// told where, truncates, and is not counted meanwhile).
-				code, e, end := epochEndOffset(p.log, kmsg.OffsetForLeaderEpochRequestTopicPartition{CurrentLeaderEpoch: -1, LeaderEpoch: rp.LastFetchedEpoch}, r.epoch)
-				if code == 0 && (e != rp.LastFetchedEpoch || end < rp.FetchOffset) {
-					sp.DivergingEpoch.Epoch, sp.DivergingEpoch.EndOffset = e, end
-					st.Partitions = append(st.Partitions, sp)
-					continue
-				}
-			}
-			if record {
-				cl.noteFollower(p, r, rid, rp.FetchOffset)
-			}
-			// After noting the follower: the high watermark it may have
-			// just moved (followers learn it from these answers).
-			sp.HighWatermark = p.log.HighWatermark()
-			sp.LastStableOffset = sp.HighWatermark
-			waitOn = append(waitOn, p.log.ReplicaNotify(), p.log.Notify())
-			budget := min(int64(rp.PartitionMaxBytes), replicaFetchMaxBytes, maxTotal-total)
-			if rp.PartitionMaxBytes <= 0 {
-				budget = min(replicaFetchMaxBytes, maxTotal-total)
-			}
-			if budget <= 0 {
-				st.Partitions = append(st.Partitions, sp) // the response is full: next time
-				continue
-			}
-			end := p.log.LogEndOffset()
-			res, err := p.log.ReadReplica(rp.FetchOffset, budget)
-			if err != nil {
-				sp.ErrorCode = cl.s.errorCode(err)
-				st.Partitions = append(st.Partitions, sp)
-				continue
-			}
-			b, err := res.AppendTo(nil)
-			res.Release()
-			if err != nil {
-				sp.ErrorCode = kerr.KafkaStorageError.Code
-				st.Partitions = append(st.Partitions, sp)
-				continue
-			}
-			sp.RecordBatches = b
-			total += int64(len(b))
-			if record {
-				cl.noteSent(p, r, rid, end)
-			}
+			waitOn = append(waitOn, wait...)
 			st.Partitions = append(st.Partitions, sp)
+			reads = append(reads, res)
 		}
 		resp.Topics = append(resp.Topics, st)
+		resp.reads = append(resp.reads, reads)
+		resp.cold = append(resp.cold, make([]*tiering.ColdRead, len(reads)))
 	}
 	return resp, total, waitOn
+}
+
+// replicaFetchPartition reads one partition of a replica fetch, with at
+// most budget bytes: its answer, the records (nil if none) and what to
+// wait on for more.
+func (cl *cluster) replicaFetchPartition(rid int32, name string, rp kmsg.FetchRequestTopicPartition, record bool, budget int64) (kmsg.FetchResponseTopicPartition, *log.ReadResult, []<-chan struct{}) {
+	sp := kmsg.NewFetchResponseTopicPartition()
+	sp.Partition = rp.Partition
+	sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
+	sp.PreferredReadReplica = -1
+	p := cl.partitionFor(name, rp.Partition)
+	if p == nil {
+		sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+		return sp, nil, nil
+	}
+	code, r := cl.leaderCheck(p, rp.CurrentLeaderEpoch)
+	if code == 0 && !slices.Contains(r.replicas, rid) {
+		code = kerr.NotLeaderForPartition.Code // not one of its replicas
+	}
+	if code != 0 {
+		sp.ErrorCode = code
+		return sp, nil, nil
+	}
+	sp.LogStartOffset = p.log.LogStartOffset()
+	if rp.FetchOffset > p.log.LogEndOffset() || rp.FetchOffset < p.log.LogStartOffset() {
+		sp.ErrorCode = kerr.OffsetOutOfRange.Code
+		return sp, nil, nil
+	}
+	if cl.s.cfg.Tier != nil && rp.FetchOffset < p.log.LocalStartOffset() {
+		// Released here, in the bucket: the follower starts over where
+		// the bucket's log ends (rebaseFromBucket).
+		sp.ErrorCode = kerr.OffsetMovedToTieredStorage.Code
+		return sp, nil, nil
+	}
+	if rp.LastFetchedEpoch >= 0 && rp.FetchOffset > p.log.LogStartOffset() {
+		// KIP-320's check: the follower's log must end where this log's
+		// epoch LastFetchedEpoch does, or it diverged (it is told where,
+		// truncates, and is not counted meanwhile).
+		code, e, end := epochEndOffset(p.log, kmsg.OffsetForLeaderEpochRequestTopicPartition{CurrentLeaderEpoch: -1, LeaderEpoch: rp.LastFetchedEpoch}, r.epoch)
+		if code == 0 && (e != rp.LastFetchedEpoch || end < rp.FetchOffset) {
+			sp.DivergingEpoch.Epoch, sp.DivergingEpoch.EndOffset = e, end
+			return sp, nil, nil
+		}
+	}
+	if record {
+		cl.noteFollower(p, r, rid, rp.FetchOffset)
+	}
+	// After noting the follower: the high watermark it may have just
+	// moved (followers learn it from these answers).
+	sp.HighWatermark = p.log.HighWatermark()
+	sp.LastStableOffset = sp.HighWatermark
+	wait := []<-chan struct{}{p.log.ReplicaNotify(), p.log.Notify()}
+	if rp.PartitionMaxBytes > 0 {
+		budget = min(budget, int64(rp.PartitionMaxBytes))
+	}
+	budget = min(budget, replicaFetchMaxBytes)
+	if budget <= 0 {
+		return sp, nil, wait // the response is full: next time
+	}
+	end := p.log.LogEndOffset()
+	res, err := p.log.ReadReplica(rp.FetchOffset, budget)
+	if err != nil {
+		sp.ErrorCode = cl.s.errorCode(err)
+		return sp, nil, wait
+	}
+	if res.Bytes == 0 {
+		res.Release()
+		res = nil
+	}
+	if record {
+		cl.noteSent(p, r, rid, end)
+	}
+	return sp, res, wait
 }
 
 // noteFollower records a follower's fetch offset (durable on it) and
@@ -246,6 +256,16 @@ func (cl *cluster) advanceHW(p *partition) {
 // the ISR. A truncation never cuts below the high watermark, so reading the
 // high watermark first and the count second is enough.
 func (cl *cluster) waitCommitted(p *partition, next int64, role *replicaRole, truncs uint64, timeout time.Duration) error {
+	// The leader's own fsync first, led by this waiter (group commit):
+	// left to the background round it would start only commitDelay
+	// later. The followers fetch the records meanwhile (they are served
+	// the log end), so the two fsyncs run side by side.
+	if err := p.log.WaitDurable(next); err != nil {
+		if p.log.Truncations() != truncs {
+			return errNotLeader // cut by a truncation (a new leader's log)
+		}
+		return err
+	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
