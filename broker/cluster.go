@@ -545,6 +545,9 @@ func (cl *cluster) setRole(p *partition, part coord.Part, present bool) {
 	default:
 		p.repl.role.Store(r)
 		cl.unfollow(p)
+		if present && len(r.replicas) > 0 && !mine && p != cl.groupsPart && p != cl.txnPart {
+			go cl.dropReplica(p) // (files, fsyncs: not under applyMu)
+		}
 	}
 	if p == cl.groupsPart || p == cl.txnPart {
 		cl.kickGroups()

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -385,6 +386,40 @@ func (cl *cluster) resetLog(f *replicaFetcher, p *partition, epoch int32, next, 
 		return err
 	}
 	return nil
+}
+
+// dropReplica empties p's log if this broker is not one of its replicas
+// (a reassignment moved it away, as Kafka's StopReplica with delete):
+// the controller removes a replica only once the new ones are in the
+// ISR, and a broker outside the replicas is never elected. If the
+// partition comes back here, the log is copied again from the leader's
+// log start (or the bucket's end). The role is checked under p.mu, which
+// a fetcher's appends hold too.
+func (cl *cluster) dropReplica(p *partition) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := roleOf(p)
+	if len(r.replicas) == 0 || slices.Contains(r.replicas, cl.id) || r.isLeader {
+		return
+	}
+	if p.log.LogEndOffset() == 0 && p.log.LogStartOffset() == 0 {
+		return // nothing here (every broker opens every partition)
+	}
+	end := p.log.LogEndOffset()
+	if err := p.log.Wipe(); err != nil {
+		if !errors.Is(err, log.ErrClosed) {
+			cl.logger.Warn("remove the log of a replica moved away", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
+		}
+		return
+	}
+	clear(p.producers)
+	clear(p.txnOpen)
+	p.setFirstOpenLocked()
+	if err := os.Remove(filepath.Join(p.log.Dir(), producersFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		cl.logger.Warn("remove the producer state of a replica moved away", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
+	}
+	cl.logger.Info("not a replica here any more: log removed", zap.String("topic", p.topic.name), zap.Int32("partition", p.index),
+		zap.Int64("log_end", end), zap.Int32s("replicas", r.replicas))
 }
 
 // fetchOnce sends one replica fetch for the checked partitions and appends

@@ -3,7 +3,10 @@ package compattests
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +18,8 @@ import (
 // replica of a topic under load. The controller moves replicas to it
 // (reassignments: the new replica catches up, joins the ISR, an old one
 // leaves), it leads the partitions it became the first replica of, and
-// every acknowledged record is read back.
+// every acknowledged record is read back. A broker a replica moved away
+// from removes its copy, and copies the log again when it moves back.
 func TestClusterAddBroker(t *testing.T) {
 	c, topic, partitions, acks, _, stop := clusterLoad(t)
 	time.Sleep(2 * time.Second)
@@ -99,4 +103,68 @@ func TestClusterAddBroker(t *testing.T) {
 	if res, err := adm.ElectLeaders(call(), kadm.ElectLiveReplica, kadm.TopicsSet{topic: {0: {}}}); err != nil || !errors.Is(res[topic][0].Err, kerr.ElectionNotNeeded) {
 		t.Fatalf("an unclean election of a led partition: %v, %v; want ELECTION_NOT_NEEDED", res, err)
 	}
+
+	// Broker 0 is not one of partition 0's replicas now (the rebalance or
+	// the move took it away): its copy is removed.
+	dir := filepath.Join(c.brokers[0].dataDir, topic+"-0")
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		n, err := segmentBytes(dir)
+		if err == nil && n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("broker 0 still holds %d bytes of segments of partition 0 (%v) 15 s after it stopped being a replica", n, err)
+		}
+	}
+	// Back onto broker 0, which leads it: it copied the whole log again.
+	back := []int32{0, 1, 2}
+	if _, err := adm.AlterPartitionAssignments(call(), kadm.AlterPartitionAssignmentsReq{topic: {0: back}}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		st, err := c.states(t, adm, topic)
+		if err == nil && slices.Equal(st[0].replicas, back) && len(st[0].isr) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partition 0 not back on %v 60 s after AlterPartitionReassignments: %+v", back, st[0])
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if _, err := adm.ElectLeaders(call(), kadm.ElectPreferredReplica, kadm.TopicsSet{topic: {0: {}}}); err != nil {
+			t.Fatal(err)
+		}
+		st, err := c.states(t, adm, topic)
+		if err == nil && st[0].leader == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partition 0 not led by broker 0 after ElectLeaders: %+v", st[0])
+		}
+	}
+	if n, err := segmentBytes(dir); err != nil || n == 0 {
+		t.Fatalf("broker 0 leads partition 0 with %d bytes of segments (%v)", n, err)
+	}
+	verifyAcked(t, c.seeds(), topic, partitions, acks)
+}
+
+// segmentBytes is the size of the segment files in a partition's
+// directory.
+func segmentBytes(dir string) (int64, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".log") {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			return 0, err
+		}
+		n += info.Size()
+	}
+	return n, nil
 }

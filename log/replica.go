@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sort"
 	"sync/atomic"
 
@@ -171,6 +172,50 @@ func (p *Partition) ResetToAt(next, logStart int64) error {
 	if next < p.leo.Load() || logStart > next || logStart < 0 {
 		return fmt.Errorf("log: reset to %d (log start %d) below the log end %d", next, logStart, p.leo.Load())
 	}
+	if err := p.resetLocked(next, logStart); err != nil {
+		return err
+	}
+	p.rep.committed.Store(max(p.rep.committed.Load(), next))
+	p.wake()
+	return nil
+}
+
+// Wipe removes every record and starts the log over, empty, at offset 0:
+// a broker that is no longer one of the partition's replicas frees its
+// disk, and if it is made one again it copies the leader's log from its
+// start (a fetch from 0 is told where that is). Unlike ResetTo, the
+// offsets go back: only for a log nobody reads or waits on. The cleaner
+// checkpoint goes too (a clean running meanwhile may still write its own,
+// which at worst leaves the first dirty offset past the new log end: less
+// is cleaned, nothing is lost).
+func (p *Partition) Wipe() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.usableLocked(); err != nil {
+		return err
+	}
+	p.cleaner.ckMu.Lock()
+	err := p.store.fs.Remove(filepath.Join(p.dir, cleanerCheckpointFile))
+	if err == nil || errors.Is(err, fs.ErrNotExist) {
+		p.cleaner.firstDirty.Store(0)
+		p.cleaner.cleanedBelow.Store(0)
+		err = nil
+	}
+	p.cleaner.ckMu.Unlock()
+	if err != nil {
+		return p.failLocked("wipe", err)
+	}
+	if err := p.resetLocked(0, 0); err != nil {
+		return err
+	}
+	p.rep.committed.Store(0)
+	p.wake()
+	return nil
+}
+
+// resetLocked replaces every segment with one empty segment at next, the
+// log start at logStart, and moves every mark there. p.mu held.
+func (p *Partition) resetLocked(next, logStart int64) error {
 	fsys := p.store.fs
 	if err := writeState(fsys, p.dir, partitionState{LogStartOffset: logStart}); err != nil {
 		return p.failLocked("reset", err)
@@ -207,11 +252,9 @@ func (p *Partition) ResetToAt(next, logStart int64) error {
 	p.active = seg
 	p.sinceIndex = 0
 	p.leo.Store(next)
-	p.rep.committed.Store(max(p.rep.committed.Load(), next))
 	p.setMarksLocked(mark{off: next, seg: seg, pos: 0})
 	p.stableMark.Store(nil)
 	p.logger.Info("log reset", zap.Int64("to", next), zap.Int("segments_removed", len(segs)))
-	p.wake()
 	return nil
 }
 

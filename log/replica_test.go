@@ -243,3 +243,51 @@ func TestResetTo(t *testing.T) {
 	}
 	readAll(t, p2, rng, want)
 }
+
+// TestWipe: a removed replica's log goes back to empty at offset 0,
+// cleaner checkpoint and all, and a crash after it reopens it so.
+func TestWipe(t *testing.T) {
+	mfs, fsys := newMemFS(t)
+	s := openStore(t, fsys, 0)
+	p := mustOpen(t, s, "/data/t-0", Config{SegmentBytes: 2048})
+	rng := rand.New(rand.NewPCG(9, 10))
+	appendSynced(t, p, rng, 20, map[int64][]byte{})
+	if err := p.SetReplicated(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Commit(p.LogEndOffset()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.writeCleanerCheckpoint(p.LogEndOffset(), p.LogEndOffset()); err != nil {
+		t.Fatal(err)
+	}
+	before := p.Truncations()
+	if err := p.Wipe(); err != nil {
+		t.Fatal(err)
+	}
+	if p.LogStartOffset() != 0 || p.LogEndOffset() != 0 || p.HighWatermark() != 0 || p.Committed() != 0 || p.Truncations() == before {
+		t.Fatalf("after wipe: start %d end %d hw %d committed %d truncations %d", p.LogStartOffset(), p.LogEndOffset(), p.HighWatermark(), p.Committed(), p.Truncations())
+	}
+	if n := len(p.segments()); n != 1 {
+		t.Fatalf("%d segments after the wipe, want 1", n)
+	}
+	if p.cleaner.cleanedBelow.Load() != 0 || p.cleaner.firstDirty.Load() != 0 {
+		t.Fatalf("cleaner checkpoint kept: first dirty %d, cleaned below %d", p.cleaner.firstDirty.Load(), p.cleaner.cleanedBelow.Load())
+	}
+	if names, err := fsys.ReadDir("/data/t-0"); err != nil || slices.Contains(names, cleanerCheckpointFile) {
+		t.Fatalf("cleaner checkpoint file kept: %v %v", names, err)
+	}
+	// Copied again from offset 0, as from a leader.
+	want := map[int64][]byte{}
+	appendSynced(t, p, rng, 3, want)
+	if err := p.Commit(p.LogEndOffset()); err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, p, rng, want)
+	clone := memFS{mfs.CrashClone(memfs.CrashConfig{UnsyncedMode: memfs.DropUnsynced})}
+	p2 := mustOpen(t, openStore(t, clone, 0), "/data/t-0", Config{SegmentBytes: 2048})
+	if p2.LogStartOffset() != 0 || p2.LogEndOffset() != p.LogEndOffset() {
+		t.Fatalf("reopened: start %d end %d, want 0 and %d", p2.LogStartOffset(), p2.LogEndOffset(), p.LogEndOffset())
+	}
+	readAll(t, p2, rng, want)
+}
