@@ -302,6 +302,62 @@ func electFor(st coord.PartState, alive, replaced func(int32) bool) (coord.PartS
 	return with(st, -1, st.Epoch+1, keep), true
 }
 
+// handOverUpdate is the state write that hands p's leadership to the
+// first other live ISR member, at epoch + 1 and with this broker out of
+// the ISR; ok is false if this broker does not lead p or nobody can take
+// it.
+func (cl *cluster) handOverUpdate(v *coord.View, p *partition) (coord.PartUpdate, bool) {
+	r := roleOf(p)
+	if !r.isLeader || v == nil {
+		return coord.PartUpdate{}, false
+	}
+	next := int32(-1)
+	for _, id := range r.replicas {
+		b, ok := v.Brokers[id]
+		if d, known := v.Dirs[id]; ok && known && b.DirID != "" && d != b.DirID {
+			continue // back on another disk: not the replica the ISR counted
+		}
+		if ok && id != cl.id && slices.Contains(r.isr, id) {
+			next = id
+			break
+		}
+	}
+	if next < 0 {
+		return coord.PartUpdate{}, false // nobody to take it: it goes offline with this broker
+	}
+	st := r.state
+	st.Leader, st.Epoch = next, r.epoch+1
+	st.ISR = slices.DeleteFunc(slices.Clone(r.isr), func(id int32) bool { return id == cl.id })
+	return coord.PartUpdate{Key: coord.PartKey{Topic: p.topic.name, Partition: p.index}, State: st, ModRev: r.modRev}, true
+}
+
+// moveOffFailed hands p's leadership over if p's log failed here (a
+// latched storage error: the partition is offline on this broker until a
+// restart), as Kafka's log directory failure does: another ISR member
+// holds every committed record and serves at once. This broker stays a
+// replica, out of the ISR.
+func (cl *cluster) moveOffFailed(p *partition) {
+	err := p.log.Err()
+	if err == nil {
+		return
+	}
+	u, ok := cl.handOverUpdate(cl.currentView(), p)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(cl.ctx, 5*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	werr := cl.client().SetParts(ctx, []coord.PartUpdate{u})
+	cl.observeEtcd(t0)
+	if werr != nil {
+		cl.s.repeat.Warn("storage failure: leadership not handed over (retried)", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(werr))
+		return
+	}
+	cl.logger.Error("storage failure: leadership handed over", zap.String("topic", p.topic.name), zap.Int32("partition", p.index),
+		zap.Int32("to", u.State.Leader), zap.Int32("leader_epoch", u.State.Epoch), zap.Error(err))
+}
+
 // handOver moves the leadership of every partition this broker leads to
 // another live ISR member, at epoch + 1 and with this broker out of the
 // ISR (a controlled shutdown): clients move at once, instead of after the
@@ -315,30 +371,9 @@ func (cl *cluster) handOver(ctx context.Context) {
 		parts = append(parts, cl.s.reg.partitionsOf(t)...)
 	}
 	parts = append(parts, cl.groupsPart, cl.txnPart)
-	{
-		for _, p := range parts {
-			r := roleOf(p)
-			if !r.isLeader {
-				continue
-			}
-			next := int32(-1)
-			for _, id := range r.replicas {
-				b, ok := v.Brokers[id]
-				if d, known := v.Dirs[id]; ok && known && b.DirID != "" && d != b.DirID {
-					continue // back on another disk: not the replica the ISR counted
-				}
-				if ok && id != cl.id && slices.Contains(r.isr, id) {
-					next = id
-					break
-				}
-			}
-			if next < 0 {
-				continue // nobody to take it: it goes offline with this broker
-			}
-			st := r.state
-			st.Leader, st.Epoch = next, r.epoch+1
-			st.ISR = slices.DeleteFunc(slices.Clone(r.isr), func(id int32) bool { return id == cl.id })
-			ups = append(ups, coord.PartUpdate{Key: coord.PartKey{Topic: p.topic.name, Partition: p.index}, State: st, ModRev: r.modRev})
+	for _, p := range parts {
+		if u, ok := cl.handOverUpdate(v, p); ok {
+			ups = append(ups, u)
 		}
 	}
 	if len(ups) == 0 {

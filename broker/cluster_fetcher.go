@@ -216,7 +216,7 @@ func (f *replicaFetcher) truncateAll(ctx context.Context, rc *peerConn, parts ma
 	var asks []ask
 	byTopic := map[string]int{}
 	for p, st := range parts {
-		if st.truncated {
+		if st.truncated || p.log.Err() != nil {
 			continue
 		}
 		// Under p.mu: an append checked against the leadership this
@@ -439,7 +439,9 @@ func (f *replicaFetcher) fetchOnce(ctx context.Context, rc *peerConn, parts map[
 	}
 	var asks []asked
 	for p, st := range parts {
-		if !st.truncated {
+		if !st.truncated || p.log.Err() != nil {
+			// (A log that failed here fetches no more: this broker is
+			// not counted in the ISR until it restarts.)
 			continue
 		}
 		i, ok := byTopic[p.topic.name]

@@ -327,11 +327,14 @@ func (cl *cluster) isrLoop() {
 		}
 		for _, t := range cl.s.reg.all() {
 			for _, p := range cl.s.reg.partitionsOf(t) {
+				cl.moveOffFailed(p)
 				cl.checkISR(p)
 			}
 		}
-		cl.checkISR(cl.groupsPart)
-		cl.checkISR(cl.txnPart)
+		for _, p := range []*partition{cl.groupsPart, cl.txnPart} {
+			cl.moveOffFailed(p)
+			cl.checkISR(p)
+		}
 		if time.Since(lastSave) >= time.Second {
 			saved, lastSave = cl.saveHWCheckpoint(saved), time.Now()
 		}
