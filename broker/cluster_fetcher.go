@@ -537,7 +537,9 @@ func (f *replicaFetcher) fetchOnce(ctx context.Context, rc *peerConn, parts map[
 		}
 	}
 	for i, p := range appended {
-		if err := p.log.WaitDurable(p.log.LogEndOffset()); err != nil {
+		if err := p.log.WaitDurable(p.log.LogEndOffset()); errors.Is(err, log.ErrOffsetOutOfRange) {
+			continue // cut meanwhile (dropReplica): nothing of this answer to count
+		} else if err != nil {
 			return err
 		}
 		if err := p.log.Commit(readCommittedEnd(p.log, hws[i])); err != nil {

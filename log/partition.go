@@ -474,12 +474,15 @@ func (p *Partition) trimLocked(seg *segment, sync bool) error {
 // Under the interval policy it returns at once. It returns the latched
 // storage error if the partition fails first.
 func (p *Partition) WaitDurable(off int64) error {
-	if off > p.leo.Load() {
-		return fmt.Errorf("%w: wait for %d beyond log end %d", ErrOffsetOutOfRange, off, p.leo.Load())
-	}
 	for {
 		if p.dur.Load().off >= off {
 			return nil
+		}
+		// Checked at every turn: a truncation or a reset (another
+		// goroutine's) may cut the log below off while this waits, and
+		// no round would ever make off durable.
+		if leo := p.leo.Load(); off > leo {
+			return fmt.Errorf("%w: wait for %d beyond log end %d", ErrOffsetOutOfRange, off, leo)
 		}
 		if e := p.failed.Load(); e != nil {
 			return e

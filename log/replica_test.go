@@ -291,3 +291,37 @@ func TestWipe(t *testing.T) {
 	}
 	readAll(t, p2, rng, want)
 }
+
+// TestWaitDurableAcrossWipe: a durability wait whose offset a wipe (or a
+// truncation) cuts away while its fsync runs returns an error instead of
+// waiting for ever.
+func TestWaitDurableAcrossWipe(t *testing.T) {
+	_, base := newMemFS(t)
+	fsys := &slowSyncFS{FS: base}
+	s := openStore(t, fsys, 0)
+	p := mustOpen(t, s, "/data/t-0", Config{})
+	if err := p.SetReplicated(0); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	res, err := p.Append(randBatch(rng, 5, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys.delay.Store(int64(200 * time.Millisecond))
+	done := make(chan error, 1)
+	go func() { done <- p.WaitDurable(res.LastOffset + 1) }()
+	time.Sleep(50 * time.Millisecond) // the wait's fsync is running
+	if err := p.Wipe(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrOffsetOutOfRange) {
+			t.Fatalf("WaitDurable across a wipe: %v, want ErrOffsetOutOfRange", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("WaitDurable still waiting 5 s after a wipe cut its offset away")
+	}
+	fsys.delay.Store(0)
+}
