@@ -13,6 +13,7 @@ import (
 	"github.com/synapsebroker/synapse/coord"
 	"github.com/synapsebroker/synapse/group"
 	"github.com/synapsebroker/synapse/log"
+	"github.com/synapsebroker/synapse/tiering"
 )
 
 // Consumer groups in cluster mode. The group log (every group's
@@ -80,7 +81,13 @@ func (cl *cluster) groupsLoop() {
 			cfg.PartitionExists = cl.partitionExists
 			epoch := r.epoch
 			cfg.Write = func(b []byte) error { return cl.groupsWrite(b, epoch) }
-			c, err := group.Open(cfg, cl.s.groupLog, nil)
+			seed, err := cl.groupsSeed()
+			if err != nil {
+				cl.s.repeat.Warn("read the groups' mirror from the tiered store (retried)", zap.Error(err))
+				retry.Reset(time.Second)
+				continue
+			}
+			c, err := group.Open(cfg, cl.s.groupLog, seed)
 			if err != nil {
 				cl.logger.Error("open the group coordinator (retried)", zap.Error(err))
 				retry.Reset(time.Second)
@@ -100,6 +107,29 @@ func (cl *cluster) groupsLoop() {
 			retry.Reset(50 * time.Millisecond)
 		}
 	}
+}
+
+// groupsSeed is the bucket's mirror of the groups if the group log is
+// empty (nil if it is not, or there is no mirror): after a disaster (every
+// disk and etcd lost) the first coordinator writes the last mirror into
+// the log it leads, as a single broker restores its group log at start,
+// and the followers replicate it. A log that is empty at its leader holds
+// nothing committed anywhere (a broker back on an empty disk is not
+// elected), so nothing the cluster has is overwritten. The coordinator's
+// maintenance keeps the mirror (maintainGroups).
+func (cl *cluster) groupsSeed() ([]byte, error) {
+	t := cl.s.cfg.Tier
+	lp := cl.s.groupLog
+	if t == nil || lp.LogEndOffset() != lp.LogStartOffset() {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(cl.ctx, 30*time.Second)
+	defer cancel()
+	b, err := t.Store().GetRange(ctx, groupsKey, 0, -1)
+	if errors.Is(err, tiering.ErrNotFound) {
+		return nil, nil
+	}
+	return b, err
 }
 
 // activeGroups reports whether this broker coordinates groups now: it

@@ -34,7 +34,9 @@ const groupsKey = "_synapse/groups.json"
 
 func (s *Server) openGroups(ctx context.Context) error {
 	dir := filepath.Join(s.cfg.DataDir, groupsDir)
-	if s.cfg.Tier != nil {
+	if s.cfg.Tier != nil && s.cfg.Cluster == nil {
+		// (A cluster seeds the group log at its leader instead, which
+		// replicates it: seedGroups in cluster_groups.go.)
 		if err := s.restoreGroups(ctx, dir); err != nil {
 			return err
 		}

@@ -369,7 +369,17 @@ func TestClusterDisasterRestore(t *testing.T) {
 	for p, s := range before {
 		epochs[p] = s.epoch
 	}
-	time.Sleep(time.Second) // the controller's mirror of the topics (every second)
+	// A group's committed offsets, which the group coordinator mirrors to
+	// the bucket.
+	const group = "precious-readers"
+	commits := kadm.Offsets{}
+	for p := range partitions {
+		commits.Add(kadm.Offset{Topic: topic, Partition: p, At: want[p] / 2, LeaderEpoch: -1})
+	}
+	if _, err := adm.CommitOffsets(ctx, group, commits); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the controller's mirror of the topics (every second), the groups' (maintenance)
 
 	// The disaster: every broker and etcd killed, every disk emptied.
 	for _, b := range c.brokers {
@@ -424,6 +434,22 @@ func TestClusterDisasterRestore(t *testing.T) {
 		}
 	})
 	t.Logf("restored %d partitions ending at %v, epochs %v -> %v; %d acks before the disaster", partitions, want, epochs, st, acks.count())
+	// The group's offsets are back (asked again while its coordinator loads).
+	var fetched kadm.OffsetResponses
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		fetched, err = adm.FetchOffsets(ctx, group)
+		if err == nil || !kerr.IsRetriable(err) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("OffsetFetch of %s after the restore: %v", group, err)
+	}
+	for p := range partitions {
+		if o, ok := fetched.Lookup(topic, p); !ok || o.Err != nil || o.At != want[p]/2 {
+			t.Errorf("group %s, partition %d after the restore: %+v (found %v), want offset %d", group, p, o, ok, want[p]/2)
+		}
+	}
 	verifyAcked(t, c.seeds(), topic, partitions, acks)
 
 	// New records go on after the restored ones, at the new epoch.
