@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -94,6 +95,7 @@ func (cl *cluster) groupsLoop() {
 				continue
 			}
 			cl.s.groupsPtr.Store(c)
+			cl.s.groupsMirrored.Store(math.MaxUint64) // a new coordinator's change count: mirror at its first pass
 			leading = r.epoch
 			cl.groupsActive.Store(r.epoch)
 			cl.logger.Info("group coordinator", zap.Int32("leader_epoch", r.epoch))
@@ -110,22 +112,26 @@ func (cl *cluster) groupsLoop() {
 }
 
 // groupsSeed is the bucket's mirror of the groups if the group log is
-// empty (nil if it is not, or there is no mirror): after a disaster (every
-// disk and etcd lost) the first coordinator writes the last mirror into
-// the log it leads, as a single broker restores its group log at start,
-// and the followers replicate it. A log that is empty at its leader holds
-// nothing committed anywhere (a broker back on an empty disk is not
-// elected), so nothing the cluster has is overwritten. The coordinator's
-// maintenance keeps the mirror (maintainGroups).
-func (cl *cluster) groupsSeed() ([]byte, error) {
+// empty (stateSeed).
+func (cl *cluster) groupsSeed() ([]byte, error) { return cl.stateSeed(cl.s.groupLog, groupsKey) }
+
+// stateSeed is the bucket's mirror at key of a state log (the group or
+// transaction log) if lp is empty (nil if it is not, or there is no
+// mirror): after a disaster (every disk and etcd lost) the first
+// coordinator writes the last mirror into the log it leads, as a single
+// broker restores its state logs at start, and the followers replicate
+// it. A log that is empty at its leader holds nothing committed anywhere
+// (a broker back on an empty disk is not elected), so nothing the cluster
+// has is overwritten. The coordinators' maintenance keeps the mirrors
+// (maintainGroups, maintainTxns).
+func (cl *cluster) stateSeed(lp *log.Partition, key string) ([]byte, error) {
 	t := cl.s.cfg.Tier
-	lp := cl.s.groupLog
 	if t == nil || lp.LogEndOffset() != lp.LogStartOffset() {
 		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(cl.ctx, 30*time.Second)
 	defer cancel()
-	b, err := t.Store().GetRange(ctx, groupsKey, 0, -1)
+	b, err := t.Store().GetRange(ctx, key, 0, -1)
 	if errors.Is(err, tiering.ErrNotFound) {
 		return nil, nil
 	}

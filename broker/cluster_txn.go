@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -93,12 +94,18 @@ func (cl *cluster) syncTxns(leading, with *int32) (retry bool) {
 		cl.advanceHW(cl.txnPart)
 		return true
 	}
-	c, err := txn.Open(cl.txnConfig(tr), cl.s.txnLog, nil)
+	seed, err := cl.stateSeed(cl.s.txnLog, txnKey)
+	if err != nil {
+		cl.s.repeat.Warn("read the transactions' mirror from the tiered store (retried)", zap.Error(err))
+		return true
+	}
+	c, err := txn.Open(cl.txnConfig(tr), cl.s.txnLog, seed)
 	if err != nil {
 		cl.logger.Error("open the transaction coordinator (retried)", zap.Error(err))
 		return true
 	}
 	cl.s.txnsPtr.Store(c)
+	cl.s.txnsMirrored.Store(math.MaxUint64) // a new coordinator's change count: mirror at its first pass
 	*leading, *with = tr.epoch, groups
 	cl.txnActive.Store(tr.epoch)
 	cl.logger.Info("transaction coordinator", zap.Int32("leader_epoch", tr.epoch))

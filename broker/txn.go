@@ -30,7 +30,7 @@ const txnKey = "_synapse/transactions.json"
 
 func (s *Server) openTxns(ctx context.Context) error {
 	dir := filepath.Join(s.cfg.DataDir, txnDir)
-	if s.cfg.Tier != nil && s.cfg.Cluster == nil { // (a cluster replicates the log instead)
+	if s.cfg.Tier != nil && s.cfg.Cluster == nil { // (a cluster seeds it at its leader: stateSeed)
 		if err := s.restoreTxns(ctx, dir); err != nil {
 			return err
 		}
@@ -217,6 +217,9 @@ func (s *Server) maintainTxns(now time.Time) {
 			defer cl.wg.Done()
 			defer cl.txnMaintaining.Store(false)
 			c.Maintain(now)
+			if s.cfg.Tier != nil && s.cl.activeTxns() {
+				s.mirrorTxns(s.ctx)
+			}
 		}()
 		return
 	}
@@ -226,8 +229,11 @@ func (s *Server) maintainTxns(now time.Time) {
 	}
 }
 
+// mirrorTxns copies the transaction state to the bucket if it changed:
+// what a single broker restores at start, and a cluster's first
+// transaction coordinator after a disaster (stateSeed).
 func (s *Server) mirrorTxns(ctx context.Context) {
-	if s.txnCoord() != nil && s.cl == nil { // (a cluster replicates the log instead)
+	if s.txnCoord() != nil && (s.cl == nil || s.cl.activeTxns()) {
 		s.mirrorStateLog(ctx, txnKey, "transactions", s.txnCoord().Changes(), s.txnCoord().Snapshot, &s.txnsMirrored)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // A cluster over one bucket: versitygw (VERSITYGW_BIN, installed by make
@@ -379,6 +380,14 @@ func TestClusterDisasterRestore(t *testing.T) {
 	if _, err := adm.CommitOffsets(ctx, group, commits); err != nil {
 		t.Fatal(err)
 	}
+	// A transactional id, which the transaction coordinator mirrors too
+	// (its records in a topic of their own).
+	const txnID, txnTopic = "precious-txn", "precious-txns"
+	if _, err := adm.CreateTopic(ctx, 1, 3, nil, txnTopic); err != nil {
+		t.Fatal(err)
+	}
+	c.waitISR(t, txnTopic, 3, 20*time.Second)
+	pid, pepoch := txnRound(t, ctx, c.seeds(), txnTopic, txnID)
 	time.Sleep(time.Second) // the controller's mirror of the topics (every second), the groups' (maintenance)
 
 	// The disaster: every broker and etcd killed, every disk emptied.
@@ -450,6 +459,11 @@ func TestClusterDisasterRestore(t *testing.T) {
 			t.Errorf("group %s, partition %d after the restore: %+v (found %v), want offset %d", group, p, o, ok, want[p]/2)
 		}
 	}
+	// The transactional id is known: the same producer id, a later epoch.
+	pid2, pepoch2 := txnRound(t, ctx, c.seeds(), txnTopic, txnID)
+	if pid2 != pid || pepoch2 <= pepoch {
+		t.Errorf("transactional id %s after the restore: producer id %d epoch %d; before: %d epoch %d (want the same id, a later epoch)", txnID, pid2, pepoch2, pid, pepoch)
+	}
 	verifyAcked(t, c.seeds(), topic, partitions, acks)
 
 	// New records go on after the restored ones, at the new epoch.
@@ -471,4 +485,30 @@ func TestClusterDisasterRestore(t *testing.T) {
 	if acks2.count() == 0 {
 		t.Error("nothing acknowledged after the restore")
 	}
+}
+
+// txnRound commits one transaction of one record to topic's partition 0
+// as txnID and returns the producer id and epoch it ran under.
+func txnRound(t *testing.T, ctx context.Context, seeds []string, topic, txnID string) (int64, int16) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.TransactionalID(txnID), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: []byte("txn")}).FirstErr(); err != nil {
+		t.Fatalf("transactional produce as %s: %v", txnID, err)
+	}
+	pid, epoch, err := cl.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatalf("commit as %s: %v", txnID, err)
+	}
+	return pid, epoch
 }
