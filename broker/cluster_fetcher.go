@@ -379,8 +379,16 @@ func (cl *cluster) resetLog(f *replicaFetcher, p *partition, epoch int32, next, 
 	if err := p.log.ResetToAt(next, logStart); err != nil {
 		return err
 	}
+	// (A transaction open across the reset is seen again from its next
+	// batch.)
+	return p.forgetProducersLocked()
+}
+
+// forgetProducersLocked drops p's producer and transaction state and its
+// snapshot file, for a log emptied under it. p.mu held.
+func (p *partition) forgetProducersLocked() error {
 	clear(p.producers)
-	clear(p.txnOpen) // (a transaction open across the reset is seen again from its next batch)
+	clear(p.txnOpen)
 	p.setFirstOpenLocked()
 	if err := os.Remove(filepath.Join(p.log.Dir(), producersFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -412,10 +420,7 @@ func (cl *cluster) dropReplica(p *partition) {
 		}
 		return
 	}
-	clear(p.producers)
-	clear(p.txnOpen)
-	p.setFirstOpenLocked()
-	if err := os.Remove(filepath.Join(p.log.Dir(), producersFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := p.forgetProducersLocked(); err != nil {
 		cl.logger.Warn("remove the producer state of a replica moved away", zap.String("topic", p.topic.name), zap.Int32("partition", p.index), zap.Error(err))
 	}
 	cl.logger.Info("not a replica here any more: log removed", zap.String("topic", p.topic.name), zap.Int32("partition", p.index),

@@ -307,23 +307,8 @@ func cl2(ctx context.Context, seeds []string, records int64, seed uint64) (int64
 				return
 			}
 			defer pc.Close()
-			var inner sync.WaitGroup
-			var first error
-			var mu sync.Mutex
-			for range per {
-				inner.Add(1)
-				pc.Produce(ctx, &kgo.Record{Value: value}, func(_ *kgo.Record, err error) {
-					defer inner.Done()
-					if err != nil {
-						mu.Lock()
-						first = cmpErr(first, err)
-						mu.Unlock()
-					}
-				})
-			}
-			inner.Wait()
-			if first != nil {
-				errs <- first
+			if err := produceAll(ctx, pc, per, value); err != nil {
+				errs <- err
 			}
 		}()
 	}
@@ -354,23 +339,8 @@ func cl3(ctx context.Context, seeds []string, records int64, id string) (int64, 
 		if err := cl.BeginTransaction(); err != nil {
 			return 0, 0, nil, err
 		}
-		var wg sync.WaitGroup
-		var first error
-		var mu sync.Mutex
-		for range clTxnRecords {
-			wg.Add(1)
-			cl.Produce(ctx, &kgo.Record{Value: value}, func(_ *kgo.Record, err error) {
-				defer wg.Done()
-				if err != nil {
-					mu.Lock()
-					first = cmpErr(first, err)
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
-		if first != nil {
-			return 0, 0, nil, first
+		if err := produceAll(ctx, cl, clTxnRecords, value); err != nil {
+			return 0, 0, nil, err
 		}
 		t1 := time.Now()
 		if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
@@ -380,6 +350,27 @@ func cl3(ctx context.Context, seeds []string, records int64, id string) (int64, 
 		n += clTxnRecords
 	}
 	return n * int64(len(value)), time.Since(t0).Seconds(), commits, nil
+}
+
+// produceAll produces n records of value (to the client's default topic)
+// and waits for every answer; it returns the first error.
+func produceAll(ctx context.Context, cl *kgo.Client, n int64, value []byte) error {
+	var wg sync.WaitGroup
+	var first error
+	var mu sync.Mutex
+	for range n {
+		wg.Add(1)
+		cl.Produce(ctx, &kgo.Record{Value: value}, func(_ *kgo.Record, err error) {
+			defer wg.Done()
+			if err != nil {
+				mu.Lock()
+				first = cmpErr(first, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return first
 }
 
 func cmpErr(a, b error) error {
